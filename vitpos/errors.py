@@ -1,0 +1,13 @@
+"""User-facing errors: `train.py` and the CLIs print their message as one line, no traceback."""
+
+
+class VitposError(Exception):
+    """Base class for errors caused by the user's input (config, files, data), not by a bug."""
+
+
+class ConfigError(VitposError, ValueError):
+    """An option or combination of options that cannot work (unknown scheme, bad sizes)."""
+
+
+class DataNotFoundError(VitposError, FileNotFoundError):
+    """A dataset is missing and cannot be downloaded."""

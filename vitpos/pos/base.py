@@ -1,0 +1,80 @@
+"""The one interface every positional scheme implements.
+
+A position signal enters a ViT at one of four places (see DESIGN.md section 1). Each hook is a
+no-op here, so a scheme overrides only the hooks it uses; the model asks `uses(hook)` once at
+construction and never branches on the scheme's name.
+
+Conventions:
+- `grid = (H, W)` is the patch grid of the actual input, always passed explicitly.
+- Hooks see patch tokens only; the model handles prefix (cls) tokens in one place.
+- Fixed tables are non-persistent buffers or computed on the fly in fp32; learned tables are
+  parameters and are excluded from weight decay (`no_weight_decay`).
+"""
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+
+Grid = tuple[int, int]
+
+HOOKS = ("add", "bias", "rotate", "after_block")
+
+
+class PositionalEncoding(nn.Module):
+    """Base class: no position signal at all unless a subclass overrides a hook.
+
+    Args:
+        dim: token width D.
+        num_heads: attention heads per layer.
+        depth: number of transformer blocks.
+        grid: the patch grid (H, W) the model is built (and trained) for.
+    """
+
+    scheme_name: str = ""
+
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid):
+        super().__init__()
+        self.dim = dim
+        self.num_heads = num_heads
+        self.depth = depth
+        self.grid = (int(grid[0]), int(grid[1]))
+
+    @classmethod
+    def uses(cls, hook: str) -> bool:
+        """True when this scheme overrides `hook` (one of HOOKS)."""
+        return getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+
+    def add(self, x: Tensor, grid: Grid) -> Tensor:
+        """Patch tokens (B, H*W, D) -> tokens with the position signal added."""
+        return x
+
+    def bias(self, layer: int, grid: Grid) -> Tensor | None:
+        """Attention-logit bias (heads, H*W, H*W) for block `layer`, or None."""
+        return None
+
+    def rotate(self, layer: int, q: Tensor, k: Tensor, grid: Grid) -> tuple[Tensor, Tensor]:
+        """Rotate queries and keys (B, heads, H*W, head_dim) of block `layer`."""
+        return q, k
+
+    def after_block(self, layer: int, x: Tensor, grid: Grid) -> Tensor:
+        """Patch tokens (B, H*W, D) after block `layer` -> tokens with the position signal."""
+        return x
+
+    def no_weight_decay(self) -> set[str]:
+        """Names (relative to this module) of parameters excluded from weight decay.
+
+        Default: every parameter, since a scheme's parameters are positional tables.
+        """
+        return {name for name, _ in self.named_parameters()}
+
+    def extra_repr(self) -> str:
+        return f"grid={self.grid}"
+
+
+def check_divisible(scheme: str, dim: int, divisor: int, why: str) -> None:
+    """Raise a clear error at construction instead of a silent broadcast later."""
+    if dim % divisor:
+        raise ConfigError(
+            f"pos={scheme} needs the model dim to be divisible by {divisor} ({why}); got dim={dim}"
+        )
