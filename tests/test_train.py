@@ -1,0 +1,85 @@
+"""End-to-end: train(cfg) composed through Hydra, TensorBoard output, checkpoints, errors."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.errors import MissingConfigException
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+import vitpos
+from vitpos.train import resolve_precision, train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_scheme_has_a_config_and_vice_versa():
+    configs = {p.stem for p in (ROOT / "configs" / "pos").glob("*.yaml")}
+    assert configs == set(vitpos.list_pos())
+
+
+@pytest.mark.parametrize("pos", vitpos.list_pos())
+def test_smoke_train_every_scheme(pos, make_config, tiny_overrides):
+    cfg = make_config([f"pos={pos}", *tiny_overrides])
+    metrics = train(cfg)
+    assert metrics["test/acc"] >= 0 and torch.isfinite(torch.tensor(metrics["test/loss"]))
+    run_dir = Path(metrics["log_dir"])
+    assert run_dir.parent.name == f"{pos}_synthetic_32px"
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    model_args = checkpoint["hyper_parameters"]["model"]
+    assert model_args["pos"] == pos and model_args["img_size"] == 32 and model_args["num_classes"] == 4
+    rebuilt = vitpos.create_model(**model_args)  # the checkpoint alone rebuilds the model
+    state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+    rebuilt.load_state_dict(state)
+
+
+def test_tensorboard_has_scalars_and_hparams(make_config, tiny_overrides):
+    cfg = make_config(["pos=rel_bias", *tiny_overrides, "trainer.max_steps=4", "trainer.val_check_interval=2",
+                       "trainer.log_every_n_steps=1"])
+    metrics = train(cfg)
+    events = EventAccumulator(metrics["log_dir"])
+    events.Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert {"train/loss_step", "val/loss", "val/acc", "val/acc_best", "lr", "test/acc"} <= scalars
+    hparam_tags = {value.tag for path in Path(metrics["log_dir"]).glob("events.out.tfevents*")
+                   for event in EventFileLoader(str(path)).Load() for value in event.summary.value
+                   if value.metadata.plugin_data.plugin_name == "hparams"}
+    assert "_hparams_/session_start_info" in hparam_tags and "_hparams_/experiment" in hparam_tags
+    assert list(Path(metrics["log_dir"]).glob("checkpoints/best-*.ckpt"))
+
+
+def test_unknown_scheme_lists_the_options(make_config):
+    with pytest.raises(MissingConfigException) as error:
+        make_config(["pos=no_such_scheme"])
+    assert all(f"\t{name}\n" in str(error.value) for name in vitpos.list_pos())
+    with pytest.raises(vitpos.ConfigError, match="valid names: .*2d_sin"):
+        vitpos.create_model("no_such_scheme")
+
+
+def test_cli_unknown_scheme_and_missing_cifar(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "pos=no_such_scheme"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode != 0 and "2d_sin" in result.stderr + result.stdout
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "pos=2d_sin", "data.download=false"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1
+    assert "cifar-10-python.tar.gz" in error_lines[0] and str(tmp_path / "data") in error_lines[0]
+    assert "data=fashion_mnist" in error_lines[0]
+    assert not (tmp_path / "logs" / "2d_sin_cifar10_32px").exists()  # no half-made run folder
+
+
+def test_precision_auto_falls_back_to_fp32(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert resolve_precision("auto", "cpu") == "32-true"
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert resolve_precision("auto", "cpu") == "bf16-mixed"
+    assert resolve_precision("16-mixed", "cpu") == "16-mixed"

@@ -1,0 +1,110 @@
+"""LightningModule: cross-entropy with label smoothing, torchmetrics accuracy per split, AdamW
+(no decay on norms, biases, positional tables) with linear warmup then cosine decay."""
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torchmetrics import MaxMetric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from .model import create_model
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
+    """LR multiplier: linear from 0 to 1 over `warmup_steps`, then cosine down to `min_lr_ratio`."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class ImageClassifier(L.LightningModule):
+    """Trains a `vitpos` ViT on an image-classification DataModule.
+
+    Args:
+        model: `create_model` arguments (pos, img_size, num_classes, in_chans, dim, ...). Saved in
+            the checkpoint's hyper-parameters, so the model can be rebuilt from the file alone.
+        lr: peak learning rate.
+        weight_decay: AdamW decay of matrices (never of norms, biases, positional tables).
+        betas: AdamW betas.
+        warmup_steps: linear warmup steps (capped at a tenth of the run).
+        min_lr_ratio: final LR / peak LR of the cosine schedule.
+        label_smoothing: cross-entropy label smoothing.
+    """
+
+    def __init__(self, model: dict, lr: float = 1e-3, weight_decay: float = 0.05,
+                 betas: tuple[float, float] = (0.9, 0.999), warmup_steps: int = 500, min_lr_ratio: float = 0.01,
+                 label_smoothing: float = 0.1):
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = create_model(**model)
+        num_classes = self.model.config["num_classes"]
+        top_k = min(5, num_classes)
+
+        def metrics(prefix: str) -> MetricCollection:
+            return MetricCollection({
+                "acc": MulticlassAccuracy(num_classes, top_k=1),
+                f"acc_top{top_k}": MulticlassAccuracy(num_classes, top_k=top_k),
+            }, prefix=prefix)
+
+        self.train_metrics = metrics("train/")
+        self.val_metrics = metrics("val/")
+        self.test_metrics = metrics("test/")
+        self.val_acc_best = MaxMetric()
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.model(images)
+
+    def _step(self, batch, metrics: MetricCollection, stage: str) -> Tensor:
+        images, labels = batch
+        logits = self.model(images)
+        loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.hparams.label_smoothing)
+        metrics.update(logits.detach(), labels)
+        on_step = stage == "train"
+        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=not on_step)
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "test")
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        loss = self._step(batch, self.train_metrics, "train")
+        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, self.val_metrics, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, self.test_metrics, "test")
+
+    def on_train_start(self) -> None:
+        self.val_acc_best.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        self.val_acc_best(self.val_metrics["acc"].compute())
+        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True, sync_dist=True)
+
+    def parameter_groups(self) -> list[dict]:
+        """AdamW groups: decay for matrices and conv kernels; none for norms, biases, positional
+        tables and the cls token (nanoGPT's `dim >= 2` rule plus the model's own exclusions)."""
+        skip = self.model.no_weight_decay()
+        decay, no_decay = [], []
+        for name, param in self.model.named_parameters():
+            if not param.requires_grad:
+                continue
+            (no_decay if param.ndim < 2 or name in skip else decay).append(param)
+        return [{"params": decay, "weight_decay": self.hparams.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameter_groups(), lr=self.hparams.lr, betas=tuple(self.hparams.betas))
+        total_steps = int(self.trainer.estimated_stepping_batches)
+        warmup_steps = max(1, min(self.hparams.warmup_steps, total_steps // 10))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps, self.hparams.min_lr_ratio))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

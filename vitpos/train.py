@@ -1,0 +1,98 @@
+"""`train(cfg)`: the whole training run from a composed Hydra config; `train.py` wraps it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard.summary import hparams as hparams_summary
+
+from .data import ImageDataModule
+from .module import ImageClassifier
+
+HPARAM_METRICS = ("val/acc", "val/acc_best", "test/acc")
+
+
+def bf16_supported(accelerator: str = "auto") -> bool:
+    """Whether bf16 mixed precision runs natively where this run will train."""
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    if accelerator in ("auto", "cpu"):
+        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return False
+
+
+def resolve_precision(precision, accelerator: str = "auto"):
+    """`auto` -> `bf16-mixed` where bf16 is native, else `32-true`; anything else is Lightning's."""
+    if str(precision) != "auto":
+        return precision
+    return "bf16-mixed" if bf16_supported(accelerator) else "32-true"
+
+
+def size_tag(img_size) -> str:
+    sizes = [img_size] * 2 if isinstance(img_size, int) else list(img_size)
+    return f"{sizes[0]}px" if sizes[0] == sizes[1] else f"{sizes[0]}x{sizes[1]}px"
+
+
+def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
+    """`create_model` arguments from the config's pos/ and model/ groups and the dataset."""
+    pos_kwargs = OmegaConf.to_container(cfg.pos, resolve=True)
+    img_size = OmegaConf.to_container(cfg.img_size) if OmegaConf.is_config(cfg.img_size) else cfg.img_size
+    return dict(
+        OmegaConf.to_container(cfg.model, resolve=True),
+        pos=pos_kwargs.pop("name"), pos_kwargs=pos_kwargs, img_size=img_size,
+        num_classes=datamodule.num_classes, in_chans=datamodule.in_chans,
+    )
+
+
+def log_hparams(logger: TensorBoardLogger, cfg: DictConfig, module: ImageClassifier) -> None:
+    """Write the HParams-tab summary: flat config + parameter count, compared on `val/acc` etc."""
+    flat = {}
+    for key, value in OmegaConf.to_container(cfg, resolve=True).items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{k}": v for k, v in value.items() if not str(k).startswith("_")})
+        else:
+            flat[key] = value
+    flat = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat.items()}
+    flat["params"] = sum(p.numel() for p in module.model.parameters())
+    logger.log_hyperparams(flat)
+    writer = logger.experiment._get_file_writer()
+    for summary in hparams_summary(flat, {name: 0.0 for name in HPARAM_METRICS}):
+        writer.add_summary(summary)
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Train (and test) one run; returns the final metrics (`val/acc_best`, `test/acc`, ...)."""
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule: ImageDataModule = hydra.utils.instantiate(cfg.data)
+    module = ImageClassifier(model=model_config(cfg, datamodule), **cfg.optim)
+
+    run_name = cfg.run_name or f"{cfg.pos.name}_{datamodule.name}_{size_tag(cfg.img_size)}"
+    logger = TensorBoardLogger(save_dir=cfg.paths.log_dir, name=run_name, default_hp_metric=False)
+    checkpoint = ModelCheckpoint(
+        dirpath=Path(logger.log_dir) / "checkpoints", filename="best-epoch{epoch}-step{step}",
+        monitor="val/acc", mode="max", save_last=True, auto_insert_metric_name=False,
+    )
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),
+                                                 trainer_cfg.get("accelerator", "auto"))
+    trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, logger=logger, callbacks=[checkpoint])
+    if trainer.local_rank == 0:
+        datamodule.prepare_data()  # fail on missing data before a run folder is created
+    if trainer.is_global_zero:
+        log_hparams(logger, cfg, module)
+        OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
+
+    trainer.fit(module, datamodule=datamodule)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if cfg.test_after_fit:
+        best = checkpoint.best_model_path or None
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best, weights_only=False)
+        metrics.update({k: float(v) for k, v in results[0].items()})
+    metrics["checkpoint"] = checkpoint.best_model_path or checkpoint.last_model_path
+    metrics["log_dir"] = logger.log_dir
+    return metrics
