@@ -95,7 +95,9 @@ class VisionTransformer(nn.Module):
         mlp_ratio: MLP hidden width / dim.
         qkv_bias: bias in the qkv projection.
         drop_path_rate: stochastic depth, linearly increasing over the blocks up to this value.
-        pool: `gap` (mean of patch tokens) or `cls` (a class token, which gets no position).
+        pool: `gap` (mean of patch tokens) or `cls` (a class token, which gets no position: no
+            additive table, zero attention bias, no rotation). With `cls`, only the class token is
+            read after the last block, so a per-layer bias of the last block cannot reach the output.
         attn_impl: `auto`, `sdpa` or `math` (see `Attention`).
         pos_kwargs: extra constructor arguments of the scheme (e.g. `resize_mode`).
     """

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from timm.layers import build_sincos2d_pos_embed, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 
-from .base import Grid, PositionalEncoding, check_divisible
+from .base import Grid, PositionalEncoding, check_choice, check_divisible
 from .registry import register
 
 
@@ -43,6 +43,7 @@ class Learned1d(AdditiveEncoding):
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "bicubic"):
         super().__init__(dim, num_heads, depth, grid)
+        check_choice("1d_learned", "resize_mode", resize_mode, ("bicubic", "bilinear"))
         self.resize_mode = resize_mode
         self.embedding = nn.Parameter(torch.zeros(1, self.grid[0] * self.grid[1], dim))  # (1, H*W, D)
         trunc_normal_(self.embedding, std=0.02)
@@ -68,6 +69,7 @@ class Learned2d(AdditiveEncoding):
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "linear"):
         super().__init__(dim, num_heads, depth, grid)
         check_divisible("2d_learned", dim, 2, "half the channels for rows, half for columns")
+        check_choice("2d_learned", "resize_mode", resize_mode, ("linear", "nearest"))
         self.resize_mode = resize_mode
         self.rows = nn.Parameter(torch.zeros(self.grid[0], dim // 2))
         self.cols = nn.Parameter(torch.zeros(self.grid[1], dim // 2))
@@ -114,7 +116,7 @@ class FixedSincos(AdditiveEncoding):
     def table(self, grid: Grid) -> Tensor:
         if tuple(grid) == self.grid:
             return self.cached
-        return self._compute(grid).to(self.cached.device)
+        return self._compute(grid).to(self.cached)  # the buffer's device and dtype
 
 
 @register("1d_sin")

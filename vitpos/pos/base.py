@@ -78,3 +78,9 @@ def check_divisible(scheme: str, dim: int, divisor: int, why: str) -> None:
         raise ConfigError(
             f"pos={scheme} needs the model dim to be divisible by {divisor} ({why}); got dim={dim}"
         )
+
+
+def check_choice(scheme: str, option: str, value: str, choices: tuple[str, ...]) -> None:
+    """Raise a clear error at construction for an unsupported option value."""
+    if value not in choices:
+        raise ConfigError(f"pos={scheme} does not support {option}={value!r}; choose one of {', '.join(choices)}")

@@ -1,0 +1,144 @@
+"""Datasets: the real CIFAR-10 on-disk format, the missing-data message, the synthetic task and
+the batched augmentation."""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from vitpos import DataNotFoundError
+from vitpos.data import (CIFAR10_FOLDER, DIRECTIONS, CIFAR10DataModule, FashionMNISTDataModule,
+                         SyntheticDataModule, make_synthetic, random_crop_flip)
+
+
+def write_tiny_cifar10(root, per_batch: int = 8, seed: int = 0):
+    """Write CIFAR-10's pickled batches (data: (N, 3072) uint8 rows R,G,B planes; labels) as
+    torchvision downloads them; return the images and labels written."""
+    rng = np.random.default_rng(seed)
+    folder = root / CIFAR10_FOLDER
+    folder.mkdir(parents=True)
+    written = {}
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
+        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
+        labels = rng.integers(0, 10, per_batch).tolist()
+        with open(folder / name, "wb") as f:
+            pickle.dump({"batch_label": name.encode(), "data": data, "labels": labels, "filenames": []}, f)
+        written[name] = (data, labels)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": [f"class{i}" for i in range(10)], "num_vis": 3072}, f)
+    return written
+
+
+def test_cifar10_reads_the_pickled_batches(tmp_path):
+    written = write_tiny_cifar10(tmp_path)
+    datamodule = CIFAR10DataModule(data_dir=str(tmp_path), val_size=10, batch_size=16, download=False)
+    datamodule.setup()
+    assert len(datamodule.train_set) == 30 and len(datamodule.val_set) == 10 and len(datamodule.test_set) == 8
+    test_data, test_labels = written["test_batch"]
+    image = datamodule.test_set.images[3]
+    assert image.dtype == torch.uint8 and image.shape == (3, 32, 32)
+    # row layout: 1024 red values, then green, then blue, each row-major 32x32
+    assert torch.equal(image[1, 2, 5], torch.tensor(test_data[3, 1024 + 2 * 32 + 5]))
+    assert datamodule.test_set.labels.tolist() == test_labels
+    all_train = torch.cat([datamodule.train_set.labels, datamodule.val_set.labels]).sort().values
+    expected = torch.tensor(sum((written[f"data_batch_{i}"][1] for i in range(1, 6)), [])).sort().values
+    assert torch.equal(all_train, expected)  # the split partitions the training batches
+    images, labels = next(iter(datamodule.train_dataloader()))
+    batch = datamodule.preprocess(images, train=True)
+    assert batch.shape == (16, 3, 32, 32) and batch.dtype == torch.float32 and labels.shape == (16,)
+
+
+def test_cifar10_missing_names_folder_archive_and_alternative(tmp_path):
+    datamodule = CIFAR10DataModule(data_dir=str(tmp_path / "nowhere"), download=False)
+    with pytest.raises(DataNotFoundError) as error:
+        datamodule.prepare_data()
+    message = str(error.value)
+    assert "\n" not in message
+    assert str((tmp_path / "nowhere").resolve()) in message and "cifar-10-python.tar.gz" in message
+    assert "data=fashion_mnist" in message
+
+
+def test_fashion_mnist_missing_everywhere_is_clear(tmp_path):
+    datamodule = FashionMNISTDataModule(system_dir=str(tmp_path / "none"), data_dir=str(tmp_path), download=False)
+    with pytest.raises(DataNotFoundError, match="dataset-fashion-mnist"):
+        datamodule.prepare_data()
+
+
+def test_synthetic_is_deterministic_and_needs_position():
+    images, labels = make_synthetic(256, seed=3)
+    again, labels_again = make_synthetic(256, seed=3)
+    assert torch.equal(images, again) and torch.equal(labels, labels_again)
+    assert not torch.equal(make_synthetic(256, seed=4)[0], images)
+    assert set(labels.tolist()) == {0, 1, 2, 3}
+    # Each shape fills exactly one aligned 4x4 patch; the label is B's direction from A.
+    red = images[:, 0] > 200  # (N, 32, 32) the square A
+    green = images[:, 1] > 200  # the cross B
+    for i in range(len(labels)):
+        (ra, ca), (rb, cb) = red[i].nonzero().float().mean(0), green[i].nonzero().float().mean(0)
+        drow, dcol = rb - ra, cb - ca
+        step = DIRECTIONS[labels[i]]
+        along = drow * step[0] + dcol * step[1]
+        across = abs(drow * step[1]) + abs(dcol * step[0])
+        assert along >= 8 and across <= 4  # >= 2 cells along the label's axis, <= 1 cell across
+    # Bag of patches: the multiset of patch types is the same for every class.
+    patches = images.unfold(2, 4, 4).unfold(3, 4, 4)  # (N, 3, 8, 8, 4, 4)
+    red_patches = (patches[:, 0] > 200).flatten(3).all(-1).sum((1, 2))
+    assert torch.equal(red_patches, torch.ones_like(red_patches))
+
+
+def test_synthetic_datamodule_sizes():
+    datamodule = SyntheticDataModule(num_train=300, num_test=50, val_size=100)
+    datamodule.setup()
+    assert (len(datamodule.train_set), len(datamodule.val_set), len(datamodule.test_set)) == (200, 100, 50)
+    assert datamodule.augment == "none"
+
+
+def test_random_crop_flip_is_a_shift_or_mirror_per_sample():
+    torch.manual_seed(0)
+    images = torch.rand(64, 3, 16, 16) + 1.0  # strictly positive, so zero padding is visible
+    out = random_crop_flip(images, padding=2, hflip=True)
+    assert out.shape == images.shape
+    for original, cropped in zip(images, out):
+        found = False
+        for candidate in (original, original.flip(-1)):
+            padded = torch.nn.functional.pad(candidate, (2, 2, 2, 2))
+            for dy in range(5):
+                for dx in range(5):
+                    found |= torch.equal(padded[:, dy:dy + 16, dx:dx + 16], cropped)
+        assert found
+    assert not torch.equal(out, images)  # the draw differs between samples
+    assert torch.equal(random_crop_flip(images, padding=0, hflip=False), images)
+
+
+def test_preprocess_resizes_to_img_size():
+    datamodule = SyntheticDataModule(img_size=(48, 64), num_train=10, num_test=10, val_size=2)
+    batch = datamodule.preprocess(torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), train=False)
+    assert batch.shape == (2, 3, 48, 64)
+
+
+def write_idx_gz(path, array: np.ndarray) -> None:
+    """IDX format (MNIST): 0x0000, dtype 0x08 (uint8), ndim, big-endian sizes, then the bytes."""
+    import gzip
+
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_fashion_mnist_reads_debian_idx_files(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for prefix, count in (("train", 12), ("t10k", 5)):
+        arrays[prefix] = rng.integers(0, 256, (count, 28, 28)), rng.integers(0, 10, count)
+        write_idx_gz(tmp_path / f"{prefix}-images-idx3-ubyte.gz", arrays[prefix][0])
+        write_idx_gz(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", arrays[prefix][1])
+    datamodule = FashionMNISTDataModule(system_dir=str(tmp_path), data_dir=str(tmp_path / "unused"),
+                                        val_size=2, download=False)
+    datamodule.setup()
+    assert datamodule.test_set.images.shape == (5, 1, 28, 28)
+    assert torch.equal(datamodule.test_set.images[:, 0], torch.as_tensor(arrays["t10k"][0], dtype=torch.uint8))
+    assert datamodule.test_set.labels.tolist() == arrays["t10k"][1].tolist()
+    assert len(datamodule.train_set) + len(datamodule.val_set) == 12
+    assert datamodule.preprocess(datamodule.test_set.images, train=False).shape == (5, 1, 32, 32)
