@@ -156,6 +156,16 @@ class VisionTransformer(nn.Module):
             )
         return height // self.patch_size, width // self.patch_size
 
+    def resize(self, img_size: int | tuple[int, int], resize_mode: str | None = None) -> "VisionTransformer":
+        """Convert the model in place to a new input size with the scheme's resize rule, so that
+        `img_size` becomes its native size (fine-tuning there, saving, `create_model(**config)`)."""
+        img_size = tuple(int(s) for s in to_2tuple(img_size))
+        grid = self.grid_for(img_size)
+        pos_kwargs = self.pos.resize_to(grid, resize_mode)
+        self.grid = grid
+        self.config.update(img_size=list(img_size), pos_kwargs=pos_kwargs)
+        return self
+
     def no_weight_decay(self) -> set[str]:
         """Parameter names excluded from weight decay: positional tables and the cls token."""
         names = {f"pos.{name}" for name in self.pos.no_weight_decay()}

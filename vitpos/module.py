@@ -34,11 +34,13 @@ class ImageClassifier(L.LightningModule):
         warmup_steps: linear warmup steps (capped at a tenth of the run).
         min_lr_ratio: final LR / peak LR of the cosine schedule.
         label_smoothing: cross-entropy label smoothing.
+        data: the data config (`_target_` and arguments), kept in the checkpoint so evaluation
+            can rebuild the dataset.
     """
 
     def __init__(self, model: dict, lr: float = 1e-3, weight_decay: float = 0.05,
                  betas: tuple[float, float] = (0.9, 0.999), warmup_steps: int = 500, min_lr_ratio: float = 0.01,
-                 label_smoothing: float = 0.1):
+                 label_smoothing: float = 0.1, data: dict | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.model = create_model(**model)

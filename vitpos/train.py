@@ -12,7 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from .data import ImageDataModule
+from .errors import ConfigError
+from .model import VisionTransformer
 from .module import ImageClassifier
+from .resize import load_model, read_checkpoint
 
 HPARAM_METRICS = ("val/acc", "val/acc_best", "test/acc")
 
@@ -41,10 +44,9 @@ def size_tag(img_size) -> str:
 def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
     """`create_model` arguments from the config's pos/ and model/ groups and the dataset."""
     pos_kwargs = OmegaConf.to_container(cfg.pos, resolve=True)
-    img_size = OmegaConf.to_container(cfg.img_size) if OmegaConf.is_config(cfg.img_size) else cfg.img_size
     return dict(
         OmegaConf.to_container(cfg.model, resolve=True),
-        pos=pos_kwargs.pop("name"), pos_kwargs=pos_kwargs, img_size=img_size,
+        pos=pos_kwargs.pop("name"), pos_kwargs=pos_kwargs, img_size=to_container(cfg.img_size),
         num_classes=datamodule.num_classes, in_chans=datamodule.in_chans,
     )
 
@@ -65,13 +67,43 @@ def log_hparams(logger: TensorBoardLogger, cfg: DictConfig, module: ImageClassif
         writer.add_summary(summary)
 
 
+def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> VisionTransformer:
+    """The model of `cfg.finetune_from`, converted to `cfg.img_size`, checked against the config."""
+    model = load_model(cfg.finetune_from, img_size=to_container(cfg.img_size), resize_mode=cfg.resize_mode)
+    trained = model.config
+    if trained["pos"] != cfg.pos.name:
+        raise ConfigError(f"checkpoint {cfg.finetune_from} was trained with pos={trained['pos']} but the config "
+                          f"asks for pos={cfg.pos.name}; pass pos={trained['pos']}")
+    if (trained["num_classes"], trained["in_chans"]) != (datamodule.num_classes, datamodule.in_chans):
+        raise ConfigError(f"checkpoint {cfg.finetune_from} has {trained['num_classes']} classes and "
+                          f"{trained['in_chans']} input channels, data={datamodule.name} has "
+                          f"{datamodule.num_classes} and {datamodule.in_chans}; pass the data it was trained on")
+    return model
+
+
+def to_container(value):
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
-    """Train (and test) one run; returns the final metrics (`val/acc_best`, `test/acc`, ...)."""
+    """Train (and test) one run; returns the final metrics (`val/acc_best`, `test/acc`, ...).
+
+    With `cfg.finetune_from`, the checkpoint's model (architecture and weights) is converted to
+    `cfg.img_size` with the scheme's resize rule (`cfg.resize_mode`) and trained from there.
+    """
     L.seed_everything(cfg.seed, workers=True)
     datamodule: ImageDataModule = hydra.utils.instantiate(cfg.data)
-    module = ImageClassifier(model=model_config(cfg, datamodule), **cfg.optim)
+    data_cfg = to_container(cfg.data)
+    run_name = cfg.run_name or f"{cfg.pos.name}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
+    if cfg.finetune_from:
+        source = finetune_source(cfg, datamodule)
+        module = ImageClassifier(model=source.config, data=data_cfg, **cfg.optim)
+        module.model.load_state_dict(source.state_dict())
+        trained_size = read_checkpoint(cfg.finetune_from)["hyper_parameters"]["model"]["img_size"]
+        run_name = cfg.run_name or f"{run_name}_from_{size_tag(trained_size)}"
+    else:
+        module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg, **cfg.optim)
 
-    run_name = cfg.run_name or f"{cfg.pos.name}_{datamodule.name}_{size_tag(cfg.img_size)}"
     logger = TensorBoardLogger(save_dir=cfg.paths.log_dir, name=run_name, default_hp_metric=False)
     checkpoint = ModelCheckpoint(
         dirpath=Path(logger.log_dir) / "checkpoints", filename="best-epoch{epoch}-step{step}",

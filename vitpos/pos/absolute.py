@@ -8,9 +8,11 @@
 - `2d_sin`: fixed sin-cos of row and column, half the channels each (MoCo v3, Chen et al. 2021;
   "Better plain ViT baselines", Beyer et al. 2022). Built by timm's `build_sincos2d_pos_embed`.
 
-On a grid other than the one the model was built for, learned tables are resampled (timm's
-`resample_abs_pos_embed` for the 1D table, 1D interpolation per axis for row/col tables) and
-fixed tables are recomputed for the new grid. All tables are made in fp32.
+Resize rules (one per scheme, used both for inputs on another grid and to convert a checkpoint):
+learned tables are resampled (timm's `resample_abs_pos_embed` for the 1D table seen as an H x W
+image, 1D interpolation per axis for row/col tables); fixed tables are recomputed, either at
+positions 0..H'-1 (`extrapolate`) or at positions rescaled into the reference (training) grid
+(`interpolate`, as in position interpolation). All tables are made in fp32.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from .registry import register
 
 
 class AdditiveEncoding(PositionalEncoding):
-    """An additive scheme: `table(grid)` gives (H*W, D) in fp32; `add` adds it to the tokens."""
+    """An additive scheme: `table(grid)` gives (H*W, D); `add` adds it to the tokens."""
 
     def table(self, grid: Grid) -> Tensor:
         raise NotImplementedError
@@ -41,21 +43,33 @@ class Learned1d(AdditiveEncoding):
         resize_mode: interpolation for other grids, `bicubic` or `bilinear`.
     """
 
+    resize_modes = ("bicubic", "bilinear")
+
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "bicubic"):
         super().__init__(dim, num_heads, depth, grid)
-        check_choice("1d_learned", "resize_mode", resize_mode, ("bicubic", "bilinear"))
+        check_choice("1d_learned", "resize_mode", resize_mode, self.resize_modes)
         self.resize_mode = resize_mode
         self.embedding = nn.Parameter(torch.zeros(1, self.grid[0] * self.grid[1], dim))  # (1, H*W, D)
         trunc_normal_(self.embedding, std=0.02)
 
+    def resampled(self, grid: Grid, mode: str) -> Tensor:
+        """The table resampled to `grid`, (1, H'*W', D); the old grid is explicit, never sqrt(N)."""
+        return resample_abs_pos_embed(self.embedding, new_size=list(grid), old_size=list(self.grid),
+                                      num_prefix_tokens=0, interpolation=mode)
+
     def table(self, grid: Grid) -> Tensor:
-        embedding = self.embedding
-        if tuple(grid) != self.grid:
-            embedding = resample_abs_pos_embed(
-                embedding, new_size=list(grid), old_size=list(self.grid), num_prefix_tokens=0,
-                interpolation=self.resize_mode,
-            )
-        return embedding[0]
+        if tuple(grid) == self.grid:
+            return self.embedding[0]
+        return self.per_grid(grid, lambda: self.resampled(grid, self.resize_mode)[0])
+
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        self.check_resize_mode(mode)
+        self.resize_mode = mode or self.resize_mode
+        self.embedding = nn.Parameter(self.resampled(grid, self.resize_mode).detach())
+        return super().resize_to(grid)
+
+    def init_kwargs(self) -> dict:
+        return {"resize_mode": self.resize_mode}
 
 
 @register("2d_learned")
@@ -63,31 +77,45 @@ class Learned2d(AdditiveEncoding):
     """Learned row and column tables, (H, D/2) and (W, D/2), concatenated per token.
 
     Args:
-        resize_mode: 1D interpolation per axis for other grids (`linear`).
+        resize_mode: 1D interpolation of each axis for other grids, `linear` or `nearest`.
     """
+
+    resize_modes = ("linear", "nearest")
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "linear"):
         super().__init__(dim, num_heads, depth, grid)
         check_divisible("2d_learned", dim, 2, "half the channels for rows, half for columns")
-        check_choice("2d_learned", "resize_mode", resize_mode, ("linear", "nearest"))
+        check_choice("2d_learned", "resize_mode", resize_mode, self.resize_modes)
         self.resize_mode = resize_mode
         self.rows = nn.Parameter(torch.zeros(self.grid[0], dim // 2))
         self.cols = nn.Parameter(torch.zeros(self.grid[1], dim // 2))
         trunc_normal_(self.rows, std=0.02)
         trunc_normal_(self.cols, std=0.02)
 
-    def _axis(self, table: Tensor, size: int) -> Tensor:
+    @staticmethod
+    def resampled(table: Tensor, size: int, mode: str) -> Tensor:
+        """One axis table (L, C) resampled to (size, C)."""
         if table.shape[0] == size:
             return table
-        # (L, C) -> (1, C, L) -> interpolate along L -> (size, C)
-        resized = F.interpolate(table.T[None], size=size, mode=self.resize_mode, align_corners=False)
+        align = False if mode == "linear" else None
+        resized = F.interpolate(table.T[None], size=size, mode=mode, align_corners=align)  # (1, C, size)
         return resized[0].T
 
     def table(self, grid: Grid) -> Tensor:
         height, width = grid
-        rows = self._axis(self.rows, height)[:, None, :].expand(height, width, -1)  # (H, W, D/2)
-        cols = self._axis(self.cols, width)[None, :, :].expand(height, width, -1)  # (H, W, D/2)
-        return torch.cat([rows, cols], dim=-1).reshape(height * width, self.dim)
+        rows = self.resampled(self.rows, height, self.resize_mode)[:, None, :].expand(height, width, -1)
+        cols = self.resampled(self.cols, width, self.resize_mode)[None, :, :].expand(height, width, -1)
+        return torch.cat([rows, cols], dim=-1).reshape(height * width, self.dim)  # (H, W, D) -> (H*W, D)
+
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        self.check_resize_mode(mode)
+        self.resize_mode = mode or self.resize_mode
+        self.rows = nn.Parameter(self.resampled(self.rows, grid[0], self.resize_mode).detach().clone())
+        self.cols = nn.Parameter(self.resampled(self.cols, grid[1], self.resize_mode).detach().clone())
+        return super().resize_to(grid)
+
+    def init_kwargs(self) -> dict:
+        return {"resize_mode": self.resize_mode}
 
 
 def sincos_1d(positions: Tensor, dim: int, temperature: float = 10000.0) -> Tensor:
@@ -98,17 +126,37 @@ def sincos_1d(positions: Tensor, dim: int, temperature: float = 10000.0) -> Tens
 
 
 class FixedSincos(AdditiveEncoding):
-    """A fixed sin-cos table: cached as a non-persistent buffer for the built grid, recomputed
-    (positions 0..H'-1, 0..W'-1) for any other grid."""
+    """A fixed sin-cos table, cached as a non-persistent buffer for the built grid and recomputed
+    for any other grid.
 
+    Args:
+        temperature: the frequency base (10000 in Vaswani et al.).
+        resize_mode: positions on a grid other than `ref_grid`: `extrapolate` (0..H'-1, as if the
+            image were larger) or `interpolate` (rescaled into the reference grid's range, as if the
+            same image were sampled more finely).
+        ref_grid: the grid positions are measured in (the training grid); default: the built grid.
+    """
+
+    resize_modes = ("extrapolate", "interpolate")
     divisor = 2
     why = "sin and cos pairs"
 
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, temperature: float = 10000.0):
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, temperature: float = 10000.0,
+                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
         super().__init__(dim, num_heads, depth, grid)
         check_divisible(self.scheme_name, dim, self.divisor, self.why)
+        check_choice(self.scheme_name, "resize_mode", resize_mode, self.resize_modes)
         self.temperature = temperature
+        self.resize_mode = resize_mode
+        self.ref_grid = tuple(int(s) for s in ref_grid) if ref_grid else self.grid
         self.register_buffer("cached", self._compute(self.grid), persistent=False)
+
+    def positions(self, grid: Grid) -> tuple[Tensor, Tensor]:
+        """Row and column coordinates (H,), (W,) of `grid` under the resize mode, in fp32."""
+        rows, cols = (torch.arange(n, dtype=torch.float32) for n in grid)
+        if self.resize_mode == "interpolate":
+            rows, cols = rows * (self.ref_grid[0] / grid[0]), cols * (self.ref_grid[1] / grid[1])
+        return rows, cols
 
     def _compute(self, grid: Grid) -> Tensor:
         raise NotImplementedError
@@ -118,13 +166,27 @@ class FixedSincos(AdditiveEncoding):
             return self.cached
         return self._compute(grid).to(self.cached)  # the buffer's device and dtype
 
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        self.check_resize_mode(mode)
+        self.resize_mode = mode or self.resize_mode
+        kwargs = super().resize_to(grid)
+        self.cached = self._compute(self.grid).to(self.cached)
+        return kwargs
+
+    def init_kwargs(self) -> dict:
+        return {"temperature": self.temperature, "resize_mode": self.resize_mode, "ref_grid": list(self.ref_grid)}
+
 
 @register("1d_sin")
 class Sincos1d(FixedSincos):
-    """Fixed 1D sinusoids over the row-major token index n = row * W + col (Vaswani et al. 2017)."""
+    """Fixed 1D sinusoids over the row-major token index n = row * W + col (Vaswani et al. 2017);
+    under `interpolate`, n = row' * W_ref + col' with row', col' rescaled into the reference grid."""
 
     def _compute(self, grid: Grid) -> Tensor:
-        return sincos_1d(torch.arange(grid[0] * grid[1]), self.dim, self.temperature)
+        rows, cols = self.positions(grid)
+        width = self.ref_grid[1] if self.resize_mode == "interpolate" else grid[1]
+        index = (rows[:, None] * width + cols[None, :]).flatten()  # (H*W,) row-major
+        return sincos_1d(index, self.dim, self.temperature)
 
 
 @register("2d_sin")
@@ -135,4 +197,11 @@ class Sincos2d(FixedSincos):
     why = "sin and cos of row and column"
 
     def _compute(self, grid: Grid) -> Tensor:
-        return build_sincos2d_pos_embed(list(grid), dim=self.dim, temperature=self.temperature)  # (H*W, D)
+        if self.resize_mode == "extrapolate":
+            return build_sincos2d_pos_embed(list(grid), dim=self.dim, temperature=self.temperature)  # (H*W, D)
+        # timm's layout on rescaled coordinates: [sin(row w), sin(col w), cos(row w), cos(col w)]
+        bands = self.temperature ** (-torch.arange(self.dim // 4, dtype=torch.float32) / (self.dim // 4))
+        rows, cols = self.positions(grid)
+        coords = torch.stack(torch.meshgrid(rows, cols, indexing="ij")).flatten(1).T  # (H*W, 2)
+        angles = coords[:, :, None] * bands  # (H*W, 2, D/4)
+        return torch.stack([angles.sin(), angles.cos()], dim=1).flatten(1)  # (H*W, D)

@@ -12,6 +12,9 @@ Conventions:
 """
 from __future__ import annotations
 
+from typing import Callable
+
+import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
@@ -32,6 +35,7 @@ class PositionalEncoding(nn.Module):
     """
 
     scheme_name: str = ""
+    resize_modes: tuple[str, ...] = ()  # modes of this scheme's resize rule; () = no state to resize
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid):
         super().__init__()
@@ -39,6 +43,40 @@ class PositionalEncoding(nn.Module):
         self.num_heads = num_heads
         self.depth = depth
         self.grid = (int(grid[0]), int(grid[1]))
+        self._per_grid_cache: dict = {}
+
+    def per_grid(self, key, compute: Callable[[], Tensor]) -> Tensor:
+        """Memoise a tensor derived for another grid (e.g. a resampled table) while gradients are
+        off (evaluation): recomputed when a parameter changes in place or the module moves."""
+        if torch.is_grad_enabled():
+            return compute()
+        tensors = [*self.parameters(), *self.buffers()]
+        version = tuple(t._version for t in tensors), tuple(t.device for t in tensors[:1])
+        hit = self._per_grid_cache.get(key)
+        if hit is None or hit[0] != version:
+            hit = self._per_grid_cache[key] = (version, compute())
+        return hit[1]
+
+    def check_resize_mode(self, mode: str | None) -> None:
+        if mode is None:
+            return
+        if not self.resize_modes:
+            raise ConfigError(f"pos={self.scheme_name} has no positional state to resize, so it takes no "
+                              f"resize_mode (got {mode!r}); leave resize_mode unset")
+        check_choice(self.scheme_name, "resize_mode", mode, self.resize_modes)
+
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        """Convert this scheme's state to `grid` in place with its resize rule (checkpoint surgery;
+        the same rule serves forward passes on other grids). Returns the constructor keyword
+        arguments (besides dim/heads/depth/grid) that rebuild the converted scheme."""
+        self.check_resize_mode(mode)
+        self.grid = (int(grid[0]), int(grid[1]))
+        self._per_grid_cache.clear()
+        return self.init_kwargs()
+
+    def init_kwargs(self) -> dict:
+        """Scheme-specific constructor arguments of the current state."""
+        return {}
 
     @classmethod
     def uses(cls, hook: str) -> bool:
