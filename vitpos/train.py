@@ -6,7 +6,7 @@ from pathlib import Path
 import hydra
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams as hparams_summary
@@ -112,7 +112,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),
                                                  trainer_cfg.get("accelerator", "auto"))
-    trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, logger=logger, callbacks=[checkpoint])
+    throughput = ThroughputMonitor(batch_size_fn=lambda batch: len(batch[1]), window_size=10)  # logs train/device/samples_per_sec
+    trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, logger=logger, callbacks=[checkpoint, throughput])
     if trainer.local_rank == 0:
         datamodule.prepare_data()  # fail on missing data before a run folder is created
     if trainer.is_global_zero:
