@@ -10,7 +10,7 @@ TRAIN=logs/fmnist_budget
 BUDGET="data=fashion_mnist data.train_subset=10000 trainer.max_epochs=3 trainer.enable_progress_bar=false"
 FINETUNE="data=fashion_mnist data.train_subset=4000 data.val_size=1000 trainer.max_epochs=1 optim.lr=5e-4
           optim.warmup_steps=10 test_after_fit=false trainer.enable_progress_bar=false"
-EVAL="limit=5000 split=test"
+EVAL="limit=5000 split=test data=fashion_mnist"
 
 best() { ls "$1"/checkpoints/best-*.ckpt | head -n 1; }
 
