@@ -127,7 +127,7 @@ class VisionTransformer(nn.Module):
         self.pos = create_pos(pos, dim=dim, num_heads=num_heads, depth=depth, grid=self.grid, **(pos_kwargs or {}))
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
         self.num_prefix_tokens = 0 if self.cls_token is None else 1
-        drop_rates = torch.linspace(0, drop_path_rate, depth).tolist()
+        drop_rates = [drop_path_rate * i / max(1, depth - 1) for i in range(depth)]  # linear in depth
         self.blocks = nn.ModuleList(
             Block(dim, num_heads, mlp_ratio, qkv_bias, drop_rates[i], attn_impl) for i in range(depth)
         )

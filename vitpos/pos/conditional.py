@@ -32,6 +32,7 @@ class ConditionalPositionalEncoding(PositionalEncoding):
                 f"pos=cpe needs after_layers within 0..{depth - 1} and an odd kernel_size; "
                 f"got after_layers={list(after_layers)}, kernel_size={kernel_size}"
             )
+        self.after_layers, self.kernel_size = [int(i) for i in after_layers], int(kernel_size)
         self.pegs = nn.ModuleDict({
             str(i): nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim) for i in after_layers
         })
@@ -43,6 +44,9 @@ class ConditionalPositionalEncoding(PositionalEncoding):
         batch, num_tokens, dim = x.shape
         feature_map = x.transpose(1, 2).reshape(batch, dim, grid[0], grid[1])  # (B, D, H, W)
         return x + peg(feature_map).flatten(2).transpose(1, 2)  # (B, H*W, D)
+
+    def init_kwargs(self) -> dict:
+        return {"after_layers": list(self.after_layers), "kernel_size": self.kernel_size}
 
     def no_weight_decay(self) -> set[str]:
         """The PEG is a convolution, not a table: its kernels decay like any weight."""

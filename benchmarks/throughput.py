@@ -1,0 +1,224 @@
+"""Training throughput of vitpos against timm's VisionTransformer, in one process, at identical
+config, precision and batch (issue: "Speed"). Not a test: it prints figures and writes JSON.
+
+    python benchmarks/throughput.py                         # ViT-Ti/4 @ 32 px, batch 256, bf16 where supported
+    python benchmarks/throughput.py --batch 128 --steps 10 --out benchmarks/results/cpu.json
+
+Measures, each as the median over `--repeats` timed windows of `--steps` steps after warm-up:
+- training images/s (forward, backward, AdamW step) of timm's default ViT (fused SDPA attention)
+  and of vitpos with `pos=1d_learned` (the like-for-like case), then every vitpos scheme, also
+  relative to `pos=none`;
+- eval images/s, peak memory (CUDA: max allocated; CPU: peak RSS growth, sampled);
+- loader images/s (the in-memory uint8 loader plus the batched crop/flip/normalise on the device);
+- MFU: model FLOPs per image (counted on the meta device) x images/s / a matmul peak measured here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from lightning.fabric.utilities.throughput import measure_flops
+from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+import vitpos
+from vitpos.data import ImageDataModule
+from vitpos.train import bf16_supported
+
+MODEL = dict(img_size=32, patch_size=4, dim=192, depth=6, num_heads=3, mlp_ratio=4.0, num_classes=10, in_chans=3)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class PeakMemory:
+    """Peak memory while the block runs: CUDA max allocated, or the CPU's RSS sampled every 2 ms
+    above the level at entry (no CPU allocator exposes a peak counter)."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.peak_mib = device, 0.0
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.base, self.peak, self.running = self._rss(), self._rss(), True
+            self.thread = threading.Thread(target=self._sample, daemon=True)
+            self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.running:
+            self.peak = max(self.peak, self._rss())
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            self.peak_mib = (torch.cuda.max_memory_allocated() - self.base) / 2**20
+        else:
+            self.running = False
+            self.thread.join()
+            self.peak_mib = (self.peak - self.base) / 2**20
+
+
+def timed(step, images_per_step: int, steps: int, warmup: int, repeats: int, device: torch.device) -> float:
+    """Median images/s over `repeats` windows of `steps` calls, after `warmup` calls."""
+    for _ in range(warmup):
+        step()
+    sync(device)
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync(device)
+        rates.append(images_per_step * steps / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def measure_model(model: torch.nn.Module, args, device: torch.device, bf16: bool) -> dict:
+    model = model.to(device)
+    images = torch.randn(args.batch, MODEL["in_chans"], MODEL["img_size"], MODEL["img_size"], device=device)
+    labels = torch.randint(0, MODEL["num_classes"], (args.batch,), device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def train_step():
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = F.cross_entropy(model(images).float(), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    def eval_step():
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            model(images)
+
+    model.train()
+    with PeakMemory(device) as memory:
+        train = timed(train_step, args.batch, args.steps, args.warmup, args.repeats, device)
+    model.eval()
+    evaluation = timed(eval_step, args.batch, args.steps, args.warmup, args.repeats, device)
+    return dict(train_img_s=train, eval_img_s=evaluation, peak_mem_mib=memory.peak_mib)
+
+
+def flops_per_image(build) -> float:
+    """Training FLOPs (forward + backward) per image, counted on the meta device."""
+    with torch.device("meta"):
+        model = build()
+        images = torch.randn(1, MODEL["in_chans"], MODEL["img_size"], MODEL["img_size"])
+    return measure_flops(model, lambda: model(images), loss_fn=torch.Tensor.sum)
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, reps: int = 10) -> float:
+    """Measured dense matmul FLOP/s at `dtype` (the denominator of MFU)."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    rate = timed(lambda: a @ b, 1, reps, 3, 3, device)  # matmuls per second
+    return rate * 2 * size**3
+
+
+class RandomCIFARShaped(ImageDataModule):
+    """CIFAR-10-shaped uint8 data (50k x 3 x 32 x 32) to time the loader without files."""
+
+    name, num_classes, in_chans, native_size = "random", 10, 3, (32, 32)
+    mean, std = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+
+    def load(self, train: bool):
+        count = 50_000 if train else 10_000
+        generator = torch.Generator().manual_seed(int(train))
+        return (torch.randint(0, 256, (count, 3, 32, 32), dtype=torch.uint8, generator=generator),
+                torch.randint(0, 10, (count,), generator=generator))
+
+
+def loader_throughput(args, device: torch.device) -> float:
+    datamodule = RandomCIFARShaped(batch_size=args.batch, val_size=5000)
+    datamodule.setup()
+    start, seen = time.perf_counter(), 0
+    for images, labels in datamodule.train_dataloader():
+        datamodule.preprocess(images.to(device, non_blocking=True), train=True)
+        seen += len(labels)
+        if seen >= args.loader_images:
+            break
+    sync(device)
+    return seen / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=5, help="steps per timed window")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
+    parser.add_argument("--schemes", default=",".join(vitpos.list_pos()))
+    parser.add_argument("--loader-images", type=int, default=20_000)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/<device>.json)")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    bf16 = bf16_supported(device.type) if args.precision == "auto" else args.precision == "bf16"
+    torch.manual_seed(0)
+
+    def build_timm():
+        return TimmViT(img_size=MODEL["img_size"], patch_size=MODEL["patch_size"], in_chans=MODEL["in_chans"],
+                       num_classes=MODEL["num_classes"], embed_dim=MODEL["dim"], depth=MODEL["depth"],
+                       num_heads=MODEL["num_heads"], mlp_ratio=MODEL["mlp_ratio"], class_token=False,
+                       global_pool="avg", fc_norm=False)
+
+    def build_vitpos(pos):
+        return lambda: vitpos.create_model(pos, **MODEL)
+
+    peak = matmul_peak(device, torch.bfloat16 if bf16 else torch.float32)
+    print(f"device {device} ({platform.processor() or platform.machine()}), threads {torch.get_num_threads()}, "
+          f"precision {'bf16-mixed' if bf16 else 'fp32'}, batch {args.batch}; "
+          f"measured matmul peak {peak / 1e12:.2f} TFLOP/s", flush=True)
+
+    rows = {}
+    for name, build in [("timm (default)", build_timm), *((f"vitpos {p}", build_vitpos(p))
+                                                           for p in args.schemes.split(","))]:
+        result = measure_model(build(), args, device, bf16)
+        result["flops_per_img"] = flops_per_image(build)
+        result["mfu"] = result["train_img_s"] * result["flops_per_img"] / peak
+        rows[name] = result
+        print(f"  {name:<22} train {result['train_img_s']:8.1f} img/s  eval {result['eval_img_s']:8.1f} img/s  "
+              f"peak mem {result['peak_mem_mib']:7.1f} MiB  MFU {100 * result['mfu']:5.1f}%", flush=True)
+
+    loader = loader_throughput(args, device)
+    none = rows.get("vitpos none", {}).get("train_img_s")
+    timm_rate = rows["timm (default)"]["train_img_s"]
+    print("\n| model | train img/s | vs timm | vs none | eval img/s | peak MiB | MFU |\n|---|---:|---:|---:|---:|---:|---:|")
+    for name, r in rows.items():
+        versus_none = f"{r['train_img_s'] / none:.3f}" if none and name.startswith("vitpos") else "-"
+        print(f"| {name} | {r['train_img_s']:.1f} | {r['train_img_s'] / timm_rate:.2f}x | {versus_none} | "
+              f"{r['eval_img_s']:.1f} | {r['peak_mem_mib']:.0f} | {100 * r['mfu']:.1f}% |")
+    if "vitpos 1d_learned" in rows:
+        print(f"\nvitpos 1d_learned / timm default: {rows['vitpos 1d_learned']['train_img_s'] / timm_rate:.2f}x")
+    best = max(r["train_img_s"] for n, r in rows.items() if n.startswith("vitpos"))
+    print(f"loader: {loader:.0f} img/s = {loader / best:.1f}x the fastest vitpos training rate")
+
+    out = Path(args.out or f"benchmarks/results/{device.type}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(
+        device=str(device), processor=platform.processor() or platform.machine(), threads=torch.get_num_threads(),
+        torch=torch.__version__, precision="bf16-mixed" if bf16 else "fp32", batch=args.batch, model=MODEL,
+        matmul_peak_flops=peak, models=rows, loader_img_s=loader), indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
