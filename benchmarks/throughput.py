@@ -167,6 +167,7 @@ def main() -> None:
     parser.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
     parser.add_argument("--schemes", default=",".join(vitpos.list_pos()))
     parser.add_argument("--loader-images", type=int, default=20_000)
+    parser.add_argument("--compile", action="store_true", help="also time vitpos none/1d_learned under torch.compile")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/<device>.json)")
     args = parser.parse_args()
@@ -188,11 +189,21 @@ def main() -> None:
           f"precision {'bf16-mixed' if bf16 else 'fp32'}, batch {args.batch}; "
           f"measured matmul peak {peak / 1e12:.2f} TFLOP/s", flush=True)
 
+    def compiled(build):
+        def build_compiled():
+            model = build()
+            model.compile()
+            return model
+        return build_compiled
+
+    candidates = [("timm (default)", build_timm), *((f"vitpos {p}", build_vitpos(p)) for p in args.schemes.split(","))]
+    if args.compile:
+        candidates += [(f"vitpos {p} compiled", compiled(build_vitpos(p))) for p in ("none", "1d_learned")]
     rows = {}
-    for name, build in [("timm (default)", build_timm), *((f"vitpos {p}", build_vitpos(p))
-                                                           for p in args.schemes.split(","))]:
+    for name, build in candidates:
         result = measure_model(build(), args, device, bf16)
-        result["flops_per_img"] = flops_per_image(build)
+        result["flops_per_img"] = flops_per_image(build_timm if name.startswith("timm") else
+                                                  build_vitpos(name.split()[1]))
         result["mfu"] = result["train_img_s"] * result["flops_per_img"] / peak
         rows[name] = result
         print(f"  {name:<22} train {result['train_img_s']:8.1f} img/s  eval {result['eval_img_s']:8.1f} img/s  "

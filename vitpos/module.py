@@ -36,14 +36,17 @@ class ImageClassifier(L.LightningModule):
         label_smoothing: cross-entropy label smoothing.
         data: the data config (`_target_` and arguments), kept in the checkpoint so evaluation
             can rebuild the dataset.
+        compile: compile the model with `torch.compile` (in place, so checkpoints keep their keys).
     """
 
     def __init__(self, model: dict, lr: float = 1e-3, weight_decay: float = 0.05,
                  betas: tuple[float, float] = (0.9, 0.999), warmup_steps: int = 500, min_lr_ratio: float = 0.01,
-                 label_smoothing: float = 0.1, data: dict | None = None):
+                 label_smoothing: float = 0.1, data: dict | None = None, compile: bool = False):
         super().__init__()
         self.save_hyperparameters()
         self.model = create_model(**model)
+        if compile:
+            self.model.compile()
         num_classes = self.model.config["num_classes"]
         top_k = min(5, num_classes)
 

@@ -44,8 +44,10 @@ def size_tag(img_size) -> str:
 def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
     """`create_model` arguments from the config's pos/ and model/ groups and the dataset."""
     pos_kwargs = OmegaConf.to_container(cfg.pos, resolve=True)
+    model_args = OmegaConf.to_container(cfg.model, resolve=True)
+    model_args.pop("compile", None)  # a training option (ImageClassifier), not an architecture argument
     return dict(
-        OmegaConf.to_container(cfg.model, resolve=True),
+        model_args,
         pos=pos_kwargs.pop("name"), pos_kwargs=pos_kwargs, img_size=to_container(cfg.img_size),
         num_classes=datamodule.num_classes, in_chans=datamodule.in_chans,
     )
@@ -97,12 +99,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
     run_name = cfg.run_name or f"{cfg.pos.name}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
     if cfg.finetune_from:
         source = finetune_source(cfg, datamodule)
-        module = ImageClassifier(model=source.config, data=data_cfg, **cfg.optim)
+        module = ImageClassifier(model=source.config, data=data_cfg, compile=cfg.model.get("compile", False),
+                                 **cfg.optim)
         module.model.load_state_dict(source.state_dict())
         trained_size = read_checkpoint(cfg.finetune_from)["hyper_parameters"]["model"]["img_size"]
         run_name = cfg.run_name or f"{run_name}_from_{size_tag(trained_size)}"
     else:
-        module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg, **cfg.optim)
+        module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg,
+                                 compile=cfg.model.get("compile", False), **cfg.optim)
 
     logger = TensorBoardLogger(save_dir=cfg.paths.log_dir, name=run_name, default_hp_metric=False)
     checkpoint = ModelCheckpoint(
