@@ -33,6 +33,7 @@ tables() {
     img_sizes=[32,48,64] resize_mode=interpolate $EVAL out=docs/results/resolution_no_finetune_interpolate
   python -m vitpos.evaluate ckpt=logs/fmnist_finetune_48 img_sizes=[48] $EVAL out=docs/results/finetuned_48px
   python -m vitpos.evaluate ckpt=logs/fmnist_finetune_64 img_sizes=[64] $EVAL out=docs/results/finetuned_64px
+  python docs/results_table.py
 }
 
 case ${1:-all} in

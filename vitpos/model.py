@@ -55,7 +55,7 @@ class Attention(nn.Module):
         else:
             logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, N, N)
             if bias is not None:
-                logits = logits + bias
+                logits = logits + bias.to(logits.dtype)
             out = logits.softmax(dim=-1).to(v.dtype) @ v
         out = out.transpose(1, 2).reshape(batch, num_tokens, dim)  # (B, N, D)
         return self.proj(out)
@@ -192,7 +192,9 @@ class VisionTransformer(nn.Module):
     def forward_features(self, images: Tensor) -> Tensor:
         """Images (B, C, H, W) -> pooled features (B, D)."""
         grid = self.grid_for(images.shape[-2:])
-        x = self.patch_embed(images).flatten(1, 2)  # (B, H, W, D) -> (B, N, D)
+        # (B, H, W, D) -> (B, N, D); the residual stream stays in the parameters' dtype (fp32 under
+        # autocast) for every scheme, so schemes differ only by their hooks' own cost.
+        x = self.patch_embed(images).flatten(1, 2).to(self.norm.weight.dtype)
         x = self.pos.add(x, grid)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1+N, D)
