@@ -22,7 +22,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .errors import ConfigError, DataNotFoundError
 
@@ -43,6 +43,74 @@ class UInt8ImageDataset(Dataset):
         if self.transform is not None:
             image = self.transform(image)
         return image, self.labels[index]
+
+
+class ShardedSampler(Sampler[int]):
+    """Indices of one rank's shard, in an order that depends only on (seed, epoch), with no sample
+    repeated across ranks (unlike DistributedSampler's padding, so evaluation counts each sample
+    once), and a resume position: after `load_state_dict`, the epoch it was saved in continues with
+    the first sample not yet consumed.
+
+    With world size W, rank r takes positions r, r+W, ... of the epoch's order, so W ranks with
+    batch b see, step by step, the same samples as one process with batch W*b.
+
+    Args:
+        size: dataset length.
+        shuffle: a new permutation each epoch (seeded by seed + epoch) or the natural order.
+        seed: permutation seed.
+        rank, world_size: this process's shard.
+        equal_shards: trim the order to a multiple of world_size so every rank has as many
+            samples (training: every rank must take the same number of optimizer steps).
+    """
+
+    def __init__(self, size: int, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1,
+                 equal_shards: bool = False):
+        self.size, self.shuffle, self.seed = size, shuffle, seed
+        self.rank, self.world_size, self.equal_shards = rank, world_size, equal_shards
+        self.epoch = 0
+        self.consumed = 0  # samples of this epoch used by training steps (counted by the DataModule)
+        self._resume: tuple[int, int] | None = None  # (epoch, samples consumed) from a checkpoint
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _order(self) -> Tensor:
+        if self.shuffle:
+            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        else:
+            order = torch.arange(self.size)
+        if self.equal_shards:
+            order = order[: self.size - self.size % self.world_size]
+        return order[self.rank:: self.world_size]
+
+    def __len__(self) -> int:
+        return len(self._order())
+
+    def __iter__(self):
+        skip = 0
+        if self._resume is not None and self._resume[0] == self.epoch:
+            skip = self._resume[1]
+        self._resume = None
+        self.consumed = skip
+        yield from self._order()[skip:].tolist()
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "consumed": self.consumed}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._resume = (int(state["epoch"]), int(state["consumed"]))
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader whose position Lightning saves in checkpoints and restores on resume (it
+    implements the `state_dict` / `load_state_dict` protocol Lightning looks for), delegated to its
+    `ShardedSampler`."""
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
 
 
 def random_crop_flip(images: Tensor, padding: int, hflip: bool) -> Tensor:
@@ -81,6 +149,7 @@ class ImageDataModule(L.LightningDataModule):
         val_size: number of training images held out for validation.
         train_subset: use only the first N remaining training images (short CPU budgets).
         split_seed: seed of the train/val split.
+        shuffle_seed: seed of the training order (epoch e uses shuffle_seed + e).
         download: allow downloading when the data is missing.
     """
 
@@ -94,7 +163,7 @@ class ImageDataModule(L.LightningDataModule):
     def __init__(self, data_dir: str = "data", img_size: int | tuple[int, int] = 32, batch_size: int = 128,
                  num_workers: int = 0, augment: str = "standard", crop_padding: int = 4, hflip: bool = True,
                  val_size: int = 5000, train_subset: int | None = None, split_seed: int = 0,
-                 download: bool = True):
+                 shuffle_seed: int = 0, download: bool = True):
         super().__init__()
         if augment not in AUGMENTS:
             raise ConfigError(f"data.augment={augment!r} is not one of {', '.join(AUGMENTS)}")
@@ -108,6 +177,7 @@ class ImageDataModule(L.LightningDataModule):
         self.val_size = val_size
         self.train_subset = train_subset
         self.split_seed = split_seed
+        self.shuffle_seed = shuffle_seed
         self.download = download
         self.train_set = self.val_set = self.test_set = None
 
@@ -136,18 +206,28 @@ class ImageDataModule(L.LightningDataModule):
 
         return v2.RandAugment()
 
-    def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+    def _shard(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
+        rank, world_size = self._shard()
+        sampler = ShardedSampler(len(dataset), shuffle=train, seed=self.shuffle_seed, rank=rank,
+                                 world_size=world_size, equal_shards=train)
+        loader_class = ResumableDataLoader if train else DataLoader
+        return loader_class(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=train,
+                            num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+                            generator=torch.Generator().manual_seed(self.shuffle_seed + rank))
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
+        self.train_loader = self._loader(self.train_set, train=True)
+        return self.train_loader
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
+        return self._loader(self.val_set, train=False)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
+        return self._loader(self.test_set, train=False)
 
     def preprocess(self, images: Tensor, train: bool) -> Tensor:
         """uint8 (B, C, h, w) on the device -> normalised float (B, C, H, W) at `img_size`."""
@@ -164,6 +244,8 @@ class ImageDataModule(L.LightningDataModule):
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         images, labels = batch
         training = self.trainer is not None and self.trainer.training
+        if training:
+            self.train_loader.sampler.consumed += len(labels)  # exact resume position (see ShardedSampler)
         return self.preprocess(images, train=training), labels
 
 

@@ -11,3 +11,7 @@ class ConfigError(VitposError, ValueError):
 
 class DataNotFoundError(VitposError, FileNotFoundError):
     """A dataset is missing and cannot be downloaded."""
+
+
+class NonFiniteLossError(VitposError, FloatingPointError):
+    """The training loss became NaN or infinite (on any rank)."""

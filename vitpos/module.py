@@ -11,6 +11,7 @@ from torch import Tensor
 from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from .errors import NonFiniteLossError
 from .model import create_model
 
 
@@ -76,6 +77,13 @@ class ImageClassifier(L.LightningModule):
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         loss = self._step(batch, self.train_metrics, "train")
+        # Every rank learns whether any rank's loss is non-finite, so all stop together (no hang in
+        # the gradient all-reduce) with a message naming the step.
+        bad = self.trainer.strategy.reduce((~torch.isfinite(loss.detach())).float(), reduce_op="sum")
+        if bad > 0:
+            raise NonFiniteLossError(f"non-finite training loss at step {self.global_step} (epoch {self.current_epoch}, "
+                                     f"batch {batch_idx}) on {int(bad)} rank(s); lower optim.lr, keep "
+                                     f"trainer.gradient_clip_val, or try trainer.precision=32-true")
         self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
@@ -109,6 +117,9 @@ class ImageClassifier(L.LightningModule):
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameter_groups(), lr=self.hparams.lr, betas=tuple(self.hparams.betas))
         total_steps = int(self.trainer.estimated_stepping_batches)
+        # Counting the steps made Lightning build the train loader and pull a batch, before a resumed
+        # run restores the loader's position: drop it, so fit builds it again after the restore.
+        self.trainer.fit_loop._combined_loader = None
         warmup_steps = max(1, min(self.hparams.warmup_steps, total_steps // 10))
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps, self.hparams.min_lr_ratio))

@@ -11,6 +11,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
+from .callbacks import AtomicCheckpointIO, LastCheckpoint, RNGStateInCheckpoint
 from .data import ImageDataModule
 from .errors import ConfigError
 from .model import VisionTransformer
@@ -83,6 +84,29 @@ def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> VisionTrans
     return model
 
 
+def resume_checkpoint(cfg: DictConfig, run_name: str, module: ImageClassifier) -> Path:
+    """The checkpoint `resume=` names (`true`: the newest version of this run with a last.ckpt),
+    refused when it was made for another model than the config builds."""
+    if cfg.resume is True:
+        candidates = sorted(Path(cfg.paths.log_dir, run_name).glob("version_*/checkpoints/last.ckpt"),
+                            key=lambda p: int(p.parent.parent.name.removeprefix("version_")))
+        if not candidates:
+            raise ConfigError(f"resume=true but no last.ckpt under {Path(cfg.paths.log_dir, run_name)}/version_*/"
+                              f"checkpoints; pass resume=<path to a .ckpt> or drop resume to start a fresh run")
+        path = candidates[-1]
+    else:
+        path = Path(str(cfg.resume))
+    saved = read_checkpoint(path)["hyper_parameters"]["model"]
+    changed = {k: (saved.get(k), v) for k, v in module.hparams["model"].items() if saved.get(k) != v}
+    if changed:
+        diff = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in changed.items())
+        raise ConfigError(f"cannot resume {path}: the config builds another model ({diff}); resume with the "
+                          f"run's original settings, or start a fresh run without resume")
+    if path.parent.name != "checkpoints" or not path.parent.parent.name.startswith("version_"):
+        raise ConfigError(f"cannot resume {path}: expected a checkpoint under <run>/version_N/checkpoints/")
+    return path
+
+
 def to_container(value):
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
@@ -108,28 +132,34 @@ def train(cfg: DictConfig) -> dict[str, float]:
         module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg,
                                  compile=cfg.model.get("compile", False), **cfg.optim)
 
-    logger = TensorBoardLogger(save_dir=cfg.paths.log_dir, name=run_name, default_hp_metric=False)
-    checkpoint = ModelCheckpoint(
-        dirpath=Path(logger.log_dir) / "checkpoints", filename="best-epoch{epoch}-step{step}",
-        monitor="val/acc", mode="max", save_last=True, auto_insert_metric_name=False,
-    )
+    resume_from = resume_checkpoint(cfg, run_name, module) if cfg.resume else None
+    version = int(resume_from.parent.parent.name.removeprefix("version_")) if resume_from else None
+    logger = TensorBoardLogger(save_dir=cfg.paths.log_dir, name=run_name, version=version, default_hp_metric=False)
+    checkpoint_dir = Path(logger.log_dir) / "checkpoints"
+    best = ModelCheckpoint(dirpath=checkpoint_dir, filename="best-epoch{epoch}-step{step}", monitor="val/acc",
+                           mode="max", auto_insert_metric_name=False)
+    callbacks = [best, LastCheckpoint(checkpoint_dir / "last.ckpt", cfg.checkpoint_every_n_steps), RNGStateInCheckpoint(),
+                 ThroughputMonitor(batch_size_fn=lambda batch: len(batch[1]), window_size=10),
+                 *(hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),
                                                  trainer_cfg.get("accelerator", "auto"))
-    throughput = ThroughputMonitor(batch_size_fn=lambda batch: len(batch[1]), window_size=10)  # logs train/device/samples_per_sec
-    trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, logger=logger, callbacks=[checkpoint, throughput])
+    trainer: L.Trainer = hydra.utils.instantiate(
+        trainer_cfg, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()],
+        use_distributed_sampler=False,  # the DataModule shards itself (ShardedSampler): resumable, no repeats
+    )
     if trainer.local_rank == 0:
         datamodule.prepare_data()  # fail on missing data before a run folder is created
     if trainer.is_global_zero:
         log_hparams(logger, cfg, module)
         OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
 
-    trainer.fit(module, datamodule=datamodule)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if cfg.test_after_fit:
-        best = checkpoint.best_model_path or None
-        results = trainer.test(module, datamodule=datamodule, ckpt_path=best, weights_only=False)
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None,
+                               weights_only=False)
         metrics.update({k: float(v) for k, v in results[0].items()})
-    metrics["checkpoint"] = checkpoint.best_model_path or checkpoint.last_model_path
+    metrics["checkpoint"] = best.best_model_path or str(checkpoint_dir / "last.ckpt")
     metrics["log_dir"] = logger.log_dir
     return metrics

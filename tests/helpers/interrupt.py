@@ -1,0 +1,38 @@
+"""Test-only Lightning callback: the process sends itself a signal after a given optimizer step,
+like a pre-emption (SIGTERM) or a crash (SIGKILL) at a known point."""
+import os
+import signal
+
+import lightning as L
+
+
+class InterruptAtStep(L.Callback):
+    def __init__(self, step: int, signal_name: str = "SIGTERM"):
+        self.step, self.signal = step, getattr(signal, signal_name)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signal)
+
+
+class NaNLossAtStep(L.Callback):
+    """Makes rank `rank`'s next loss NaN from step `step` on, by poisoning its input batch."""
+
+    def __init__(self, step: int, rank: int = 0):
+        self.step, self.rank = step, rank
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step >= self.step and trainer.global_rank == self.rank:
+            batch[0].fill_(float("nan"))
+
+
+class RecordBatches(L.Callback):
+    """Appends `step checksum` of every training batch (after augmentation) to `path`."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        images, labels = batch
+        with open(self.path, "a") as f:
+            f.write(f"{trainer.global_step} {images.double().sum().item():.6f} {labels.tolist()}\n")

@@ -1,0 +1,73 @@
+"""What Lightning does not do for exact, safe resumption: atomic checkpoint files, RNG state in
+the checkpoint, one `last.ckpt` written periodically and on SIGTERM."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lightning as L
+from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes each checkpoint to a temporary file in the same folder, flushes it to disk, then
+    renames it over the target (`os.replace` is atomic on POSIX): a kill at any moment leaves
+    either the previous file or the new one, never a truncated `last.ckpt`."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        try:
+            super().save_checkpoint(checkpoint, temporary, storage_options)
+            with open(temporary, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+
+
+class RNGStateInCheckpoint(L.Callback):
+    """Saves the global RNG states (torch, CUDA, numpy, Python) with each checkpoint and restores
+    them when training resumes, right before the first training batch is drawn, so augmentation and
+    stochastic depth continue the uninterrupted run's random stream. Under DDP every rank is seeded
+    alike and consumes its stream alike, so rank 0's states are every rank's."""
+
+    def __init__(self):
+        self._to_restore = None
+
+    def state_dict(self) -> dict:
+        return {"rng": _collect_rng_states()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._to_restore = state_dict["rng"]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._to_restore is not None:
+            _set_rng_states(self._to_restore)
+            self._to_restore = None
+
+
+class LastCheckpoint(L.Callback):
+    """The one writer of `last.ckpt`: every `every_n_steps` optimizer steps, at the end of
+    training, and on SIGTERM (pre-emption, `scancel`, a container stop), where Lightning stops at
+    the next step boundary and this saves first, so `resume=true` loses no step. (The best-by-val
+    checkpoints are Lightning's `ModelCheckpoint`.)"""
+
+    def __init__(self, path: str | Path, every_n_steps: int):
+        self.path, self.every_n_steps = Path(path), every_n_steps
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        if self.every_n_steps > 0 and trainer.global_step % self.every_n_steps == 0:
+            trainer.save_checkpoint(self.path)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.save_checkpoint(self.path)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException):
+            trainer.save_checkpoint(self.path)
+            rank_zero_info(f"SIGTERM: saved {self.path} at step {trainer.global_step}; continue with resume=true")
