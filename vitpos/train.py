@@ -21,6 +21,11 @@ from .resize import load_model, read_checkpoint
 HPARAM_METRICS = ("val/acc", "val/acc_best", "test/acc")
 
 
+def batch_size(batch) -> int:
+    """Images in a (images, labels) batch (a named function: ddp_spawn pickles the callbacks)."""
+    return len(batch[1])
+
+
 def bf16_supported(accelerator: str = "auto") -> bool:
     """Whether bf16 mixed precision runs natively where this run will train."""
     if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
@@ -139,15 +144,16 @@ def train(cfg: DictConfig) -> dict[str, float]:
     best = ModelCheckpoint(dirpath=checkpoint_dir, filename="best-epoch{epoch}-step{step}", monitor="val/acc",
                            mode="max", auto_insert_metric_name=False)
     callbacks = [best, LastCheckpoint(checkpoint_dir / "last.ckpt", cfg.checkpoint_every_n_steps), RNGStateInCheckpoint(),
-                 ThroughputMonitor(batch_size_fn=lambda batch: len(batch[1]), window_size=10),
+                 ThroughputMonitor(batch_size_fn=batch_size, window_size=10),
                  *(hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),
                                                  trainer_cfg.get("accelerator", "auto"))
-    trainer: L.Trainer = hydra.utils.instantiate(
-        trainer_cfg, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()],
-        use_distributed_sampler=False,  # the DataModule shards itself (ShardedSampler): resumable, no repeats
-    )
+    if trainer_cfg.get("use_distributed_sampler"):
+        raise ConfigError("trainer.use_distributed_sampler must stay false: vitpos shards the data itself "
+                          "(vitpos.data.ShardedSampler), which keeps resumption exact and counts no sample twice")
+    trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, logger=logger, callbacks=callbacks,
+                                                 plugins=[AtomicCheckpointIO()])
     if trainer.local_rank == 0:
         datamodule.prepare_data()  # fail on missing data before a run folder is created
     if trainer.is_global_zero:

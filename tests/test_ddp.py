@@ -1,0 +1,74 @@
+"""Distributed data parallel on CPU (gloo): 2 processes equal 1 process with twice the batch,
+validation counts every sample once, the real `ddp` launch works, a NaN on one rank stops all.
+
+Lightning's `strategy=ddp` re-launches the command line, so in-process tests use `ddp_spawn` and
+the real `ddp` launch is tested through `train.py` in a subprocess."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import lightning as L
+
+from vitpos.module import ImageClassifier
+from vitpos.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+VIT_MICRO = dict(patch_size=4, dim=64, depth=2, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0, img_size=32)
+BASE = ["data=synthetic", "model=vit_micro", "data.num_train=640", "data.val_size=127", "data.num_test=64",
+        "trainer.precision=32-true", "trainer.max_steps=3", "trainer.val_check_interval=3",
+        "test_after_fit=false", "trainer.log_every_n_steps=1"]
+
+
+def weights(metrics: dict) -> dict:
+    path = Path(metrics["log_dir"]) / "checkpoints" / "last.ckpt"
+    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pos", ["1d_learned", "rel_bias"])
+def test_two_processes_equal_one_with_twice_the_batch(pos, make_config):
+    single = train(make_config([*BASE, f"pos={pos}", "data.batch_size=64", "run_name=single"]))
+    double = train(make_config([*BASE, f"pos={pos}", "data.batch_size=32", "run_name=ddp",
+                                "trainer.strategy=ddp_spawn", "trainer.devices=2"]))
+    one, two = weights(single), weights(double)
+    assert one.keys() == two.keys()
+    L.seed_everything(42)  # train() seeds like this before building the model: the initial weights
+    initial = ImageClassifier(model=dict(pos=pos, num_classes=4, in_chans=3, **VIT_MICRO)).state_dict()
+    assert any(not torch.equal(initial[k], one[k]) for k in one)  # the steps did change the weights
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], atol=2e-6, rtol=1e-5, msg=lambda m: f"{key}: {m}")
+    # 127 validation images: shards of 64 and 63, no padding sample counted twice
+    assert double["val/acc"] == pytest.approx(single["val/acc"], abs=1e-6)
+
+
+def train_py(cwd: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *BASE, "pos=2d_sin", "trainer.accelerator=cpu",
+                           "trainer.strategy=ddp", "trainer.devices=2", "trainer.enable_progress_bar=false",
+                           "data.batch_size=32", *overrides],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_real_ddp_launch_writes_one_run(tmp_path):
+    result = train_py(tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = list((tmp_path / "logs").glob("2d_sin_synthetic_32px/version_*"))
+    assert len(runs) == 1  # rank 0 alone logs and checkpoints
+    assert (runs[0] / "checkpoints" / "last.ckpt").is_file()
+    assert list(runs[0].glob("events.out.tfevents*"))
+
+
+@pytest.mark.slow
+def test_nan_on_one_rank_stops_the_whole_job(tmp_path):
+    result = train_py(tmp_path, "trainer.max_steps=20", "+callbacks.nan._target_=interrupt.NaNLossAtStep",
+                      "+callbacks.nan.step=2", "+callbacks.nan.rank=1")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors and "non-finite training loss at step 2" in errors[0]

@@ -1,0 +1,120 @@
+"""Exact resume after an interruption (SIGTERM, SIGKILL), atomic checkpoints, refused resumes.
+
+Runs `train.py` in subprocesses, like a pre-empted job. The runs use augmentation and stochastic
+depth, so the data order *and* the RNG stream must both be restored for the weights to match."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitpos.callbacks import AtomicCheckpointIO
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ["data=synthetic", "model=vit_micro", "data.num_train=640", "data.val_size=128", "data.num_test=128",
+       "data.batch_size=64", "data.augment=standard", "model.drop_path_rate=0.1", "trainer.max_steps=12",
+       "checkpoint_every_n_steps=4", "trainer.val_check_interval=4", "test_after_fit=false",
+       "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "pos=rel_bias"]
+
+
+def train_py(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *RUN, *overrides], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def final_state(cwd: Path, run: str) -> tuple[int, dict]:
+    checkpoint = torch.load(cwd / "logs" / run / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu",
+                            weights_only=False)
+    return checkpoint["global_step"], checkpoint["state_dict"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("resume")
+    result = train_py(cwd, "run_name=full", "+callbacks.rec._target_=interrupt.RecordBatches",
+                      f"+callbacks.rec.path={cwd / 'full.batches'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return cwd, final_state(cwd, "full"), (cwd / "full.batches").read_text().splitlines()
+
+
+@pytest.mark.parametrize("signal_name, expected_rc", [("SIGTERM", 0), ("SIGKILL", -9)])
+def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, expected_rc):
+    cwd, (full_step, full_weights), full_batches = uninterrupted
+    run = signal_name.lower()
+    record = [f"+callbacks.rec._target_=interrupt.RecordBatches", f"+callbacks.rec.path={cwd / run}.batches"]
+    first = train_py(cwd, f"run_name={run}", "+callbacks.stop._target_=interrupt.InterruptAtStep",
+                     "+callbacks.stop.step=6", f"+callbacks.stop.signal_name={signal_name}", *record)
+    assert first.returncode == expected_rc, first.stderr[-2000:]
+    step, _ = final_state(cwd, run)
+    # SIGTERM saves at the step it stops at; SIGKILL leaves the periodic checkpoint of step 4.
+    assert step == (6 if signal_name == "SIGTERM" else 4)
+    second = train_py(cwd, f"run_name={run}", "resume=true", *record)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert not (cwd / "logs" / run / "version_1").exists()  # the same run folder continues
+    resumed_step, resumed_weights = final_state(cwd, run)
+    assert resumed_step == full_step == 12
+    assert all(torch.equal(full_weights[k], resumed_weights[k]) for k in full_weights)
+    # The batches after the resume point are the uninterrupted run's (order and augmentation).
+    batches = (cwd / f"{run}.batches").read_text().splitlines()
+    after_resume = {line.split()[0]: line for line in batches[len(batches) - (12 - step):]}
+    assert [after_resume[line.split()[0]] for line in full_batches[step:]] == full_batches[step:]
+
+
+def test_fresh_run_never_resumes_and_resume_needs_a_checkpoint(uninterrupted):
+    cwd = uninterrupted[0]
+    result = train_py(cwd, "run_name=full", "trainer.max_steps=2")
+    assert result.returncode == 0 and (cwd / "logs" / "full" / "version_1").is_dir()
+    assert final_state(cwd, "full")[0] == 12  # version_0 untouched
+    missing = train_py(cwd, "run_name=nothing_here", "resume=true")
+    assert missing.returncode == 2 and "no last.ckpt" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("change", ["pos=2d_sin", "model.dim=96"])
+def test_resume_with_another_model_is_refused(uninterrupted, change):
+    cwd = uninterrupted[0]
+    result = train_py(cwd, "run_name=full", "resume=true", change)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "cannot resume" in error[0] and ("pos" in error[0] or "dim" in error[0])
+
+
+class Exploding:
+    """Pickling this fails half-way through writing a checkpoint, like a crash during the save."""
+
+    def __reduce__(self):
+        raise KeyboardInterrupt("killed while saving")
+
+
+def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path):
+    io = AtomicCheckpointIO()
+    path = tmp_path / "last.ckpt"
+    io.save_checkpoint({"step": 1, "weights": torch.ones(1000)}, path)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"step": 2, "weights": torch.zeros(1000), "boom": Exploding()}, path)
+    assert torch.load(path, weights_only=False)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left
+
+
+def test_sigkill_during_save_keeps_the_previous_checkpoint(tmp_path):
+    """A process killed while writing a large checkpoint leaves the previous one loadable."""
+    path = tmp_path / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"step": 1}, path)
+    script = (f"import torch; from vitpos.callbacks import AtomicCheckpointIO\n"
+              f"AtomicCheckpointIO().save_checkpoint({{'step': 2, 'w': torch.randn(150_000_000)}}, {str(path)!r})")
+    process = subprocess.Popen([sys.executable, "-c", script])
+    writing = False
+    for _ in range(1200):  # wait until the temporary file is being written, then kill
+        writing = any(p.name.startswith(".last.ckpt.tmp") for p in tmp_path.iterdir())
+        if writing or process.poll() is not None:
+            break
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    assert writing, "the save finished before it could be killed; make the tensor larger"
+    assert torch.load(path, weights_only=False)["step"] == 1  # the previous checkpoint, intact
