@@ -313,6 +313,28 @@ def test_math_and_sdpa_attention_agree(pos, pool, size, monkeypatch):
             torch.testing.assert_close(other.grad, param.grad, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
+@pytest.mark.parametrize("pos", SCHEMES)
+def test_math_and_sdpa_agree_under_bf16_autocast(pos):
+    """The training precision on CPU and GPU: both kernels within bf16 tolerance of each other and
+    of the fp32 reference (bf16 keeps ~3 significant digits)."""
+    math_model = make(pos, 32, "gap", attn_impl="math")
+    sdpa_model = make(pos, 32, "gap", seed=1, attn_impl="sdpa")
+    sdpa_model.load_state_dict(math_model.state_dict())
+    x = images(32, 32)
+    reference = math_model(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits_math, logits_sdpa = math_model(x).float(), sdpa_model(x).float()
+    scale = reference.abs().max()
+    assert (logits_math - reference).abs().max() < 0.03 * scale
+    assert (logits_sdpa - reference).abs().max() < 0.03 * scale
+    grads = []
+    for model, logits in ((math_model, logits_math), (sdpa_model, logits_sdpa)):
+        F.cross_entropy(logits, torch.arange(len(x)) % 10).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    cosine = F.cosine_similarity(grads[0], grads[1], dim=0)
+    assert cosine > 0.99
+
+
 # ----------------------------------------------------------------------------------------------
 # a fixed table recomputed for another grid follows the model's dtype
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import lightning as L
+from lightning.fabric.utilities.throughput import measure_flops
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -61,6 +62,17 @@ class ImageClassifier(L.LightningModule):
         self.val_metrics = metrics("val/")
         self.test_metrics = metrics("test/")
         self.val_acc_best = MaxMetric()
+
+    def setup(self, stage: str) -> None:
+        """Count the training FLOPs of one batch (on the meta device: no compute), so Lightning's
+        ThroughputMonitor logs FLOP/s and, on GPUs it knows, MFU."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if stage != "fit" or datamodule is None:
+            return
+        with torch.device("meta"):
+            model = create_model(**self.hparams.model)
+            images = torch.empty(datamodule.batch_size, model.config["in_chans"], *model.config["img_size"])
+        self.flops_per_batch = measure_flops(model, lambda: model(images), loss_fn=torch.Tensor.sum)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.model(images)
