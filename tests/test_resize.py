@@ -61,6 +61,7 @@ def model_kwargs(pos: str, **pos_overrides) -> dict:
     pos_kwargs.pop("name")
     pos_kwargs.update(pos_overrides)
     model = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "model" / "vit_micro.yaml"))
+    model.pop("compile")  # a training option, not an architecture argument (as in vitpos.train.model_config)
     return dict(model, pos=pos, pos_kwargs=pos_kwargs, img_size=TRAIN_SIZE, num_classes=NUM_CLASSES, in_chans=3)
 
 

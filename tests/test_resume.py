@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -102,19 +101,31 @@ def test_interrupted_save_keeps_the_previous_checkpoint(tmp_path):
 
 
 def test_sigkill_during_save_keeps_the_previous_checkpoint(tmp_path):
-    """A process killed while writing a large checkpoint leaves the previous one loadable."""
+    """A process killed while its checkpoint is half written leaves the previous one loadable."""
     path = tmp_path / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint({"step": 1}, path)
-    script = (f"import torch; from vitpos.callbacks import AtomicCheckpointIO\n"
-              f"AtomicCheckpointIO().save_checkpoint({{'step': 2, 'w': torch.randn(150_000_000)}}, {str(path)!r})")
-    process = subprocess.Popen([sys.executable, "-c", script])
-    writing = False
-    for _ in range(1200):  # wait until the temporary file is being written, then kill
-        writing = any(p.name.startswith(".last.ckpt.tmp") for p in tmp_path.iterdir())
-        if writing or process.poll() is not None:
-            break
-        time.sleep(0.05)
+    # The child writes half of the new checkpoint's bytes, says so, and hangs there until killed.
+    script = f"""
+import io, sys, time, torch
+from lightning.fabric.plugins.io import torch_io
+from vitpos.callbacks import AtomicCheckpointIO
+
+def half_write(checkpoint, filepath):
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    with open(filepath, "wb") as f:
+        f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        f.flush()
+        print("writing", flush=True)
+        time.sleep(600)
+
+torch_io._atomic_save = half_write
+AtomicCheckpointIO().save_checkpoint({{"step": 2, "w": torch.randn(100_000)}}, {str(path)!r})
+"""
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "writing"
     process.kill()
     process.wait()
-    assert writing, "the save finished before it could be killed; make the tensor larger"
     assert torch.load(path, weights_only=False)["step"] == 1  # the previous checkpoint, intact
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "last.ckpt"]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".last.ckpt.tmp")  # the half-written file
