@@ -42,6 +42,7 @@ def uninterrupted(tmp_path_factory):
     return cwd, final_state(cwd, "full"), (cwd / "full.batches").read_text().splitlines()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_name, expected_rc", [("SIGTERM", 0), ("SIGKILL", -9)])
 def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, expected_rc):
     cwd, (full_step, full_weights), full_batches = uninterrupted
@@ -65,6 +66,7 @@ def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, exp
     assert [after_resume[line.split()[0]] for line in full_batches[step:]] == full_batches[step:]
 
 
+@pytest.mark.slow
 def test_fresh_run_never_resumes_and_resume_needs_a_checkpoint(uninterrupted):
     cwd = uninterrupted[0]
     result = train_py(cwd, "run_name=full", "trainer.max_steps=2")
@@ -74,6 +76,7 @@ def test_fresh_run_never_resumes_and_resume_needs_a_checkpoint(uninterrupted):
     assert missing.returncode == 2 and "no last.ckpt" in missing.stderr and "Traceback" not in missing.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["pos=2d_sin", "model.dim=96"])
 def test_resume_with_another_model_is_refused(uninterrupted, change):
     cwd = uninterrupted[0]
