@@ -29,11 +29,22 @@ SMALL = dict(dim=32, depth=2, num_heads=2, patch_size=PATCH)
 # Schemes whose positional parameters are ordinary weights (a convolution) that decay like any weight;
 # every other scheme's parameters are positional tables, excluded from weight decay.
 DECAYED_POS = {"cpe"}
-# Fixed (non-learned) tables: buffers only.
-FIXED_TABLES = ("1d_sin", "2d_sin")
+# Fixed (non-learned) tables (sin-cos, RoPE angles, ALiBi distances): buffers only.
+FIXED_TABLES = ("1d_sin", "2d_sin", "rope_axial", "alibi_2d")
 # The Swin init (std 0.02 on the attention logits) moves the logits by ~1e-5 only under a patch
-# shuffle; scaled to a trained-table magnitude (std ~2) the dependence on position is clear.
-SCALE_POS = {"rel_bias": 100.0}
+# shuffle; scaled to a trained-table magnitude (std ~2) the dependence on position is clear. Likewise
+# cpb: SwinV2's init (MLP weights std 0.02) gives 16*sigmoid(~0) = 8 +- 0.03 for every offset.
+SCALE_POS = {"rel_bias": 100.0, "cpb": 10.0}
+# Schemes whose position signal acts through the content logits q.k (RoPE rotates q and k) or
+# competes with them (ALiBi's fixed slopes, 1/16 and 1/256 for 2 heads) have no table to scale: with
+# the ViT init (qkv std 0.02) q.k ~ 1e-2, attention is near-uniform, and a patch shuffle moves the
+# logits by only 1e-5 (gap: a relative scheme then sees the order only through border effects at
+# first order, as rel_bias unscaled does) to 8e-5 (alibi_2d, cls). With q and k at a trained
+# magnitude (qkv weights x10, logits O(1)) the dependence on the order is clear (measured 2e-3 to 1).
+SCALE_QK = {"rope_axial": 10.0, "rope_mixed": 10.0, "alibi_2d": 10.0}
+# Schemes with a learned attention bias per layer, their parameters named `layers.<i>.` (see the
+# cls-pooling exemption in test_gradient_reaches_every_positional_parameter).
+PER_LAYER_BIAS = {"rel_bias", "cpb"}
 
 
 def make(pos: str, img_size=32, pool: str = "gap", seed: int = 0, **kwargs) -> vitpos.VisionTransformer:
@@ -95,9 +106,10 @@ def test_gradient_reaches_every_positional_parameter(pos, pool, size):
     last = model.config["depth"] - 1
     for name, param in model.pos.named_parameters():
         assert param.grad is not None, f"pos.{name} gets no gradient"
-        if pool == "cls" and pos == "rel_bias" and name.startswith(f"layers.{last}."):
+        if pool == "cls" and pos in PER_LAYER_BIAS and name.startswith(f"layers.{last}."):
             # By design the cls token gets no position: after the last block only the cls token is
-            # read, so the last relative table cannot influence the output (documented in the model).
+            # read, so the last layer's bias (a relative table, or cpb's MLP) cannot influence the
+            # output (documented in the model). Other layers' biases and rotations do reach it.
             assert param.grad.abs().max() == 0
         else:
             assert param.grad.abs().max() > 0, f"pos.{name} gets an all-zero gradient"
@@ -173,6 +185,10 @@ def test_patch_shuffle_changes_logits_unless_no_position(pos, pool):
         with torch.no_grad():
             for param in model.pos.parameters():
                 param.mul_(SCALE_POS[pos])
+    if pos in SCALE_QK:
+        with torch.no_grad():
+            for block in model.blocks:
+                block.attn.qkv.weight.mul_(SCALE_QK[pos])
     x = images(32, 32)
     with torch.no_grad():
         logits, logits_shuffled = model(x), model(shuffle_patches(x, PERM))

@@ -205,6 +205,10 @@ NON_DEFAULT_KWARGS = {
     "2d_sin": {"temperature": 100.0, "resize_mode": "interpolate"},
     "rel_bias": {"resize_mode": "geometric"},
     "cpe": {"after_layers": [0, 1], "kernel_size": 5},
+    "rope_axial": {"theta": 10000.0, "resize_mode": "interpolate"},
+    "rope_mixed": {"theta": 100.0, "resize_mode": "interpolate"},
+    "cpb": {"hidden_dim": 64},
+    "alibi_2d": {"bias_max": 4.0},
 }
 
 

@@ -1,5 +1,5 @@
 """Positional schemes: one file per family, one interface (`PositionalEncoding`), one registry."""
-from . import absolute, conditional, none, relative  # noqa: F401  (registers the schemes)
+from . import absolute, conditional, none, relative, rotary  # noqa: F401  (registers the schemes)
 from .base import HOOKS, Grid, PositionalEncoding
 from .registry import create_pos, get_pos_class, list_pos, register
 

@@ -47,7 +47,8 @@ class PositionalEncoding(nn.Module):
 
     def per_grid(self, key, compute: Callable[[], Tensor]) -> Tensor:
         """Memoise a tensor derived for another grid (e.g. a resampled table) while gradients are
-        off (evaluation): recomputed when a parameter changes in place or the module moves."""
+        off (evaluation): recomputed when a parameter changes in place or the module moves or
+        changes dtype (`_apply`)."""
         if torch.is_grad_enabled():
             return compute()
         tensors = [*self.parameters(), *self.buffers()]
@@ -56,6 +57,12 @@ class PositionalEncoding(nn.Module):
         if hit is None or hit[0] != version:
             hit = self._per_grid_cache[key] = (version, compute())
         return hit[1]
+
+    def _apply(self, fn, *args, **kwargs):
+        # `.to(dtype)`, `.half()`, `.cuda()`, ... may replace parameters without bumping their
+        # version, so the per-grid cache would outlive them: drop it.
+        self._per_grid_cache.clear()
+        return super()._apply(fn, *args, **kwargs)
 
     def check_resize_mode(self, mode: str | None) -> None:
         if mode is None:

@@ -1,0 +1,417 @@
+"""Properties of the rotary (`rope_axial`, `rope_mixed`) and the parameter-free / continuous bias
+schemes (`alibi_2d`, `cpb`), checked against references written here, on rectangular grids so that a
+swapped H/W or a grid inferred with sqrt(N) shows up. (The model-level properties every scheme must
+have, shapes, gradients, resizing, are in test_model.py and test_resize.py.)"""
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vitpos
+from vitpos import ConfigError
+from vitpos.pos import create_pos
+
+PATCH = 4
+ROPES = ("rope_axial", "rope_mixed")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors on a machine shared with another process: one intra-op thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def build(pos: str, img_size, dim: int = 16, depth: int = 2, num_heads: int = 2, seed: int = 0, **kwargs):
+    torch.manual_seed(seed)
+    return vitpos.create_model(pos, img_size=img_size, num_classes=10, in_chans=3, dim=dim, depth=depth,
+                               num_heads=num_heads, patch_size=PATCH, **kwargs)
+
+
+def offsets(grid):
+    """(drow, dcol) between every query and key token, (N, N) each, row-major token order."""
+    height, width = grid
+    rows = torch.arange(height).repeat_interleave(width)
+    cols = torch.arange(width).repeat(height)
+    return rows[:, None] - rows[None, :], cols[:, None] - cols[None, :]
+
+
+def group_by_offset(values, grid):
+    """{(drow, dcol): values of every (query, key) pair with that offset} for a (N, N) tensor."""
+    drow, dcol = offsets(grid)
+    groups = {}
+    for r, c, v in zip(drow.flatten().tolist(), dcol.flatten().tolist(), values.flatten().tolist()):
+        groups.setdefault((r, c), []).append(v)
+    return groups
+
+
+def assert_function_of_offset(values, grid, atol=1e-5, min_gap=None):
+    """Every pair with the same offset has the same value (to `atol`); with `min_gap`, different
+    offsets also get values at least `min_gap` apart. Returns {offset: value}."""
+    groups = group_by_offset(values, grid)
+    assert len(groups) == (2 * grid[0] - 1) * (2 * grid[1] - 1)
+    for offset, group in groups.items():
+        assert max(group) - min(group) <= atol, (offset, group)
+    per_offset = {offset: group[0] for offset, group in groups.items()}
+    if min_gap is not None:
+        ordered = sorted(per_offset.values())
+        gap = min(b - a for a, b in zip(ordered, ordered[1:]))
+        assert gap > min_gap, f"two different offsets give (almost) the same value: gap {gap:.2e}"
+    return per_offset
+
+
+# ----------------------------------------------------------------------------------------------
+# RoPE: scores depend only on the 2D offset
+
+
+def rotated_scores(pos, layer, grid, seed=0):
+    """q_i . k_j after rotation, (heads, N, N), for q and k the same random vector at every token."""
+    generator = torch.Generator().manual_seed(seed)
+    heads, head_dim, n = pos.num_heads, pos.head_dim, grid[0] * grid[1]
+    q = torch.randn(1, heads, 1, head_dim, generator=generator).expand(1, heads, n, head_dim)
+    k = torch.randn(1, heads, 1, head_dim, generator=generator).expand(1, heads, n, head_dim)
+    q_rot, k_rot = pos.rotate(layer, q, k, grid)
+    assert q_rot.shape == k_rot.shape == (1, heads, n, head_dim)
+    return (q_rot @ k_rot.transpose(-2, -1))[0]  # (heads, N, N)
+
+
+@pytest.mark.parametrize("mode", ["extrapolate", "interpolate"])
+@pytest.mark.parametrize("grid", [(3, 5), (4, 7)], ids=["built-grid", "other-grid"])
+@pytest.mark.parametrize("pos", ROPES)
+def test_rope_scores_depend_only_on_the_2d_offset(pos, grid, mode):
+    model = build(pos, (12, 20), dim=32, num_heads=2, pos_kwargs={"resize_mode": mode})  # built 3 x 5, head_dim 16
+    for layer in range(2):
+        scores = rotated_scores(model.pos, layer, grid)
+        for head in scores:
+            # equal offsets -> equal scores; different offsets -> different scores (rows and columns are
+            # told apart, and (dr, dc) from (-dr, -dc): the score is not a function of the distance)
+            # (measured: same-offset spread <= 3e-6 in fp32, smallest gap between offsets >= 1.1e-4)
+            per_offset = assert_function_of_offset(head, grid, atol=1e-5, min_gap=2e-5)
+            assert abs(per_offset[(1, 0)] - per_offset[(0, 1)]) > 1e-3
+            assert abs(per_offset[(1, 2)] - per_offset[(-1, -2)]) > 1e-3
+
+
+def test_rope_mixed_heads_and_layers_have_their_own_frequencies():
+    model = build("rope_mixed", (12, 20), dim=32, num_heads=2)
+    freqs = model.pos.freqs.detach()
+    assert freqs.shape == (2, 2, 2, 8)  # (x/y, depth, heads, head_dim / 2)
+    scores = [rotated_scores(model.pos, layer, (3, 5)) for layer in range(2)]
+    assert not torch.allclose(scores[0], scores[1], atol=1e-3)  # layers differ
+    assert not torch.allclose(freqs[:, :, 0], freqs[:, :, 1])  # heads differ
+    # mixed: a pair's frequency has both an x and a y component (not axial)
+    assert (freqs[0].abs() > 1e-4).float().mean() > 0.9 and (freqs[1].abs() > 1e-4).float().mean() > 0.9
+
+
+# ----------------------------------------------------------------------------------------------
+# RoPE-Axial: the formula, the layout, the fp32 angles
+
+
+def axial_angles(grid, head_dim, theta, ref_grid=None):
+    """fp64 angles (N, head_dim/2): pair p < head_dim/4 turns by row * theta^(-4p/head_dim), pair
+    head_dim/4 + p by col * theta^(-4p/head_dim)."""
+    height, width = grid
+    rows = torch.arange(height, dtype=torch.float64).repeat_interleave(width)
+    cols = torch.arange(width, dtype=torch.float64).repeat(height)
+    if ref_grid is not None:
+        rows, cols = rows * ref_grid[0] / height, cols * ref_grid[1] / width
+    freqs = theta ** (-4 * torch.arange(head_dim // 4, dtype=torch.float64) / head_dim)
+    return torch.cat([rows[:, None] * freqs, cols[:, None] * freqs], dim=1)
+
+
+def axial_reference(x, grid, theta, ref_grid=None):
+    """Rotate x (B, heads, N, head_dim) in fp64 by `axial_angles`; a pair is two adjacent channels
+    (2p, 2p+1)."""
+    angles = axial_angles(grid, x.shape[-1], theta, ref_grid)
+    x = x.double()
+    even, odd = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = even * angles.cos() - odd * angles.sin()
+    out[..., 1::2] = odd * angles.cos() + even * angles.sin()
+    return out
+
+
+@pytest.mark.parametrize("theta", [100.0, 10000.0])
+@pytest.mark.parametrize("grid,mode", [((3, 5), "extrapolate"), ((5, 4), "extrapolate"), ((6, 10), "interpolate")])
+def test_rope_axial_matches_reference(grid, mode, theta):
+    model = build("rope_axial", (12, 20), dim=32, num_heads=2, pos_kwargs={"theta": theta, "resize_mode": mode})
+    n = grid[0] * grid[1]
+    q, k = torch.randn(2, 3, 2, n, 16).unbind(0)
+    q_rot, k_rot = model.pos.rotate(0, q, k, grid)
+    ref_grid = (3, 5) if mode == "interpolate" else None
+    torch.testing.assert_close(q_rot.double(), axial_reference(q, grid, theta, ref_grid), atol=1e-5, rtol=0)
+    torch.testing.assert_close(k_rot.double(), axial_reference(k, grid, theta, ref_grid), atol=1e-5, rtol=0)
+    # a rotation: norms of every pair kept; the first token (position 0, 0) is not rotated at all
+    torch.testing.assert_close(q_rot.norm(dim=-1), q.norm(dim=-1))
+    if mode == "extrapolate":
+        torch.testing.assert_close(q_rot[:, :, 0], q[:, :, 0], atol=0, rtol=0)
+    # the same rotation in every layer (fixed frequencies)
+    torch.testing.assert_close(model.pos.rotate(1, q, k, grid)[0], q_rot, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("pos", ROPES)
+def test_rope_modes_interpolate_rescales_extrapolate_extends(pos):
+    model8 = build(pos, 32, dim=32)  # 8 x 8
+    table8 = model8.pos.embed(0, (8, 8)).reshape(-1, 8, 8, 32)
+    for mode in ("interpolate", "extrapolate"):
+        model = build(pos, 32, dim=32).resize(64, mode)  # 16 x 16, same parameters (same seed)
+        table16 = model.pos.embed(0, (16, 16)).reshape(-1, 16, 16, 32)
+        if mode == "interpolate":  # the same image sampled finer: even positions are the old grid
+            torch.testing.assert_close(table16[:, ::2, ::2], table8, atol=1e-6, rtol=0)
+            assert (table16[:, 1::2, 1::2] - table8).abs().max() > 1e-2
+        else:  # a larger image: the top-left block is the old grid
+            torch.testing.assert_close(table16[:, :8, :8], table8, atol=1e-6, rtol=0)
+
+
+def assert_bf16_rotation_accurate(rotated, x, grid, theta):
+    """`rotated` (bf16) must be the exact rotation rounded once to bf16. A rotation whose angles
+    went through bf16 (angle errors up to 15 * 2^-9 rad on a 16 x 16 grid) fails this."""
+    reference = axial_reference(x, grid, theta)
+    tolerance = 2 ** -8 * reference.abs() + 1e-6  # one bf16 rounding of the result
+    assert ((rotated.double() - reference).abs() <= tolerance).all()
+
+
+def test_rope_axial_angles_are_fp32_under_autocast_and_in_a_bf16_model():
+    grid = (16, 16)  # positions up to 15: bf16 angles would be off by up to 0.03 rad
+    x = torch.randn(2, 2, 256, 16).to(torch.bfloat16)
+
+    # the check can fail: the same rotation with its angles rounded to bf16 is outside the tolerance
+    angles_bf16 = axial_angles(grid, 16, 100.0).to(torch.bfloat16).double().repeat_interleave(2, dim=-1)
+    bad = vitpos.pos.rotary.rotate_fp32(x, torch.cat([angles_bf16.sin(), angles_bf16.cos()], dim=-1))
+    with pytest.raises(AssertionError):
+        assert_bf16_rotation_accurate(bad, x.float(), grid, 100.0)
+
+    # fp32 model under bf16 autocast (as in training): 16 x 16 as the built grid and as another grid
+    for size in (64, 32):
+        model = build("rope_axial", size, dim=32)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            for other in (grid, (16, 12)):
+                assert model.pos.embed(0, other).dtype == torch.float32
+            q_rot, k_rot = model.pos.rotate(0, x, x, grid)
+        assert q_rot.dtype == torch.bfloat16
+        assert_bf16_rotation_accurate(q_rot, x.float(), grid, 100.0)
+
+    # a model cast to bf16 keeps its cached angles in fp32
+    model = build("rope_axial", 64, dim=32).to(torch.bfloat16)
+    assert model.pos.cached.dtype == torch.float32
+    assert model.pos.embed(0, grid).dtype == torch.float32 and model.pos.embed(0, (4, 4)).dtype == torch.float32
+    q_rot, _ = model.pos.rotate(0, x, x, grid)
+    assert q_rot.dtype == torch.bfloat16
+    assert_bf16_rotation_accurate(q_rot, x.float(), grid, 100.0)
+    # the whole bf16 model runs, on its grid and another
+    with torch.no_grad():
+        for size in (64, 48):
+            assert model(torch.randn(1, 3, size, size, dtype=torch.bfloat16)).dtype == torch.bfloat16
+    # and back to fp32: the same table as a model that never was bf16
+    torch.testing.assert_close(model.float().pos.cached, build("rope_axial", 64, dim=32).pos.cached, atol=0, rtol=0)
+
+
+def test_rope_mixed_angles_are_fp32_under_autocast_and_in_a_bf16_model():
+    model = build("rope_mixed", 32, dim=32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model.pos.embed(0, (8, 8)).dtype == torch.float32
+        assert model.pos.embed(1, (12, 16)).dtype == torch.float32
+        x = torch.randn(1, 2, 64, 16, dtype=torch.bfloat16)
+        assert model.pos.rotate(0, x, x, (8, 8))[0].dtype == torch.bfloat16
+    model = model.to(torch.bfloat16)
+    assert model.pos.embed(0, (8, 8)).dtype == torch.float32
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 48, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
+# ----------------------------------------------------------------------------------------------
+# RoPE-Mixed: learned frequencies
+
+
+@pytest.mark.parametrize("pool", ["gap", "cls"])
+@pytest.mark.parametrize("size", [(32, 32), (32, 48)], ids=["built-grid", "other-grid"])
+def test_rope_mixed_frequencies_get_gradients(size, pool):
+    model = build("rope_mixed", 32, dim=32, depth=2, num_heads=2, pool=pool)
+    assert [name for name, _ in model.pos.named_parameters()] == ["freqs"]
+    assert "pos.freqs" in model.no_weight_decay()
+    x = torch.randn(2, 3, *size)
+    F.cross_entropy(model(x), torch.tensor([0, 1])).backward()
+    grad = model.pos.freqs.grad
+    assert grad is not None and torch.isfinite(grad).all()
+    for layer in range(2):
+        for head in range(2):  # every layer's and head's frequencies (x and y) move
+            assert grad[0, layer, head].abs().max() > 0 and grad[1, layer, head].abs().max() > 0
+
+
+def test_rope_mixed_learning_a_frequency_changes_the_scores():
+    model = build("rope_mixed", (12, 20), dim=32)
+    with torch.no_grad():
+        before = rotated_scores(model.pos, 0, (3, 5))  # angles cached while gradients are off
+        model.pos.freqs[0, 0] += 0.3  # f_x of layer 0, in place (as an optimizer step)
+        cached = rotated_scores(model.pos, 0, (3, 5))  # the cache follows the in-place change
+    after = rotated_scores(model.pos, 0, (3, 5))  # recomputed with gradients on
+    torch.testing.assert_close(cached, after)
+    assert (after - before).abs().max() > 1e-2
+    torch.testing.assert_close(rotated_scores(model.pos, 1, (3, 5)), rotated_scores(build(
+        "rope_mixed", (12, 20), dim=32).pos, 1, (3, 5)))  # layer 1 untouched
+
+
+# ----------------------------------------------------------------------------------------------
+# RoPE: configuration errors
+
+
+@pytest.mark.parametrize("dim,num_heads", [(24, 4), (40, 4), (36, 6)], ids=["hd6", "hd10", "hd6b"])
+@pytest.mark.parametrize("pos", ROPES)
+def test_rope_head_dim_not_divisible_by_4_raises_config_error(pos, dim, num_heads):
+    head_dim = dim // num_heads
+    with pytest.raises(ConfigError, match=rf"pos={pos}.*head_dim.*divisible by 4.*head_dim={head_dim}\b"):
+        build(pos, 32, dim=dim, num_heads=num_heads)
+    with pytest.raises(ConfigError, match=rf"pos={pos}"):  # the scheme alone, too
+        create_pos(pos, dim=dim, num_heads=num_heads, depth=1, grid=(8, 8))
+    build(pos, 32, dim=dim, num_heads=num_heads // 2)  # head_dim 12 or 20 or 12: fine
+
+
+@pytest.mark.parametrize("pos", ROPES)
+def test_rope_unknown_resize_mode_raises_config_error(pos):
+    with pytest.raises(ConfigError, match="choose one of extrapolate, interpolate"):
+        build(pos, 32, pos_kwargs={"resize_mode": "bicubic"})
+
+
+# ----------------------------------------------------------------------------------------------
+# alibi_2d
+
+
+def euclidean(grid):
+    drow, dcol = offsets(grid)
+    return (drow.double() ** 2 + dcol.double() ** 2).sqrt()
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 8])
+@pytest.mark.parametrize("grid", [(3, 5), (4, 7), (12, 12)], ids=["built-grid", "other-grid", "larger-grid"])
+def test_alibi_2d_is_minus_slope_times_euclidean_distance(grid, heads):
+    model = build("alibi_2d", (12, 20), dim=8 * heads, num_heads=heads)
+    assert list(model.pos.parameters()) == []
+    assert not [key for key in model.state_dict() if key.startswith("pos.")]
+    slopes = torch.tensor([2.0 ** (-8 * h / heads) for h in range(1, heads + 1)], dtype=torch.float64)
+    bias = model.pos.bias(0, grid)
+    n = grid[0] * grid[1]
+    assert bias.shape == (heads, n, n) and bias.dtype == torch.float32
+    torch.testing.assert_close(bias.double(), -slopes[:, None, None] * euclidean(grid), atol=1e-6, rtol=1e-6)
+    assert torch.equal(model.pos.bias(1, grid), bias)  # the same in every layer
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (9, 6)], ids=["built-grid", "other-grid"])
+def test_alibi_2d_symmetric_zero_diagonal_more_negative_with_distance(grid):
+    model = build("alibi_2d", (12, 20), dim=16, num_heads=4)
+    bias = model.pos.bias(0, grid)
+    distance = euclidean(grid).flatten()
+    assert torch.equal(bias, bias.transpose(1, 2))
+    assert torch.equal(torch.diagonal(bias, dim1=1, dim2=2), torch.zeros(4, grid[0] * grid[1]))
+    order = torch.argsort(distance)
+    for head in bias:
+        values = head.flatten()[order].double()
+        d = distance[order]
+        steps = values[1:] - values[:-1]
+        assert (steps[d[1:] > d[:-1] + 1e-9] < 0).all()  # strictly more negative when farther
+        assert (steps[(d[1:] - d[:-1]).abs() < 1e-9].abs() < 1e-6).all()  # equal distance, equal bias
+        assert (values[1:] <= 0).all()
+    # Euclidean, not Manhattan: the diagonal neighbour (1, 1) is sqrt(2), not 2, steps away
+    torch.testing.assert_close(bias[:, 0, grid[1] + 1], math.sqrt(2) * bias[:, 0, 1])
+    # steeper heads first
+    assert (bias[:-1, 0, -1] < bias[1:, 0, -1]).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# cpb
+
+
+def swinv2_inputs(grid, ref_grid):
+    """SwinV2's log-spaced MLP input for every (query, key) pair: (N, N, 2), fp64."""
+    drow, dcol = offsets(grid)
+    u = torch.stack([8 * drow.double() / (ref_grid[0] - 1), 8 * dcol.double() / (ref_grid[1] - 1)], dim=-1)
+    return torch.sign(u) * torch.log2(1 + u.abs()) / math.log2(8)
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (6, 4), (9, 15)], ids=["built-grid", "other-grid", "larger-grid"])
+def test_cpb_matches_swinv2_formula(grid):
+    model = build("cpb", (12, 20), dim=16, num_heads=2)  # reference grid 3 x 5
+    for layer in range(2):
+        bias = model.pos.bias(layer, grid).detach()
+        n = grid[0] * grid[1]
+        assert bias.shape == (2, n, n)
+        mlp = copy.deepcopy(model.pos.layers[layer]).double()
+        expected = (16 * torch.sigmoid(mlp(swinv2_inputs(grid, (3, 5))))).permute(2, 0, 1)
+        torch.testing.assert_close(bias.double(), expected, atol=1e-5, rtol=0)
+        assert ((bias > 0) & (bias < 16)).all()
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (9, 15), (5, 3)], ids=["built-grid", "larger-grid", "transposed-grid"])
+def test_cpb_bias_depends_only_on_offset(grid):
+    model = build("cpb", (12, 20), dim=16, num_heads=2)
+    with torch.no_grad():  # trained-like MLPs: the init's bias is 8 +- 0.03
+        for param in model.pos.parameters():
+            param.mul_(10)
+        for layer in range(2):
+            for head in model.pos.bias(layer, grid):
+                per_offset = assert_function_of_offset(head, grid, atol=0)  # one table entry per offset
+                # and offsets are told apart (not all: 16*sigmoid of a ReLU MLP in fp32 may tie a few
+                # of the 493 offsets of 9 x 15 to the last bit)
+                assert len(set(per_offset.values())) >= 0.95 * len(per_offset)
+
+
+def test_cpb_larger_grid_uses_the_same_mlp_without_resampling():
+    model = build("cpb", 32, dim=16, num_heads=2)  # 8 x 8
+    with torch.no_grad():
+        for param in model.pos.parameters():
+            param.mul_(10)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        small = model.pos.bias(0, (8, 8))
+        large = model.pos.bias(0, (16, 12))
+        logits = model(torch.randn(2, 3, 64, 48))
+    assert torch.isfinite(logits).all()
+    # every offset the two grids share keeps exactly its bias: the same MLP on the same inputs
+    small_groups = {k: v[0] for k, v in group_by_offset(small[0], (8, 8)).items()}
+    large_groups = {k: v[0] for k, v in group_by_offset(large[0], (16, 12)).items()}
+    assert len(large_groups) > len(small_groups)
+    for offset, value in small_groups.items():
+        assert abs(large_groups[offset] - value) < 1e-6, offset
+    # offsets beyond the training range are log-extrapolated: finite, and different from the edge
+    assert abs(large_groups[(15, 11)] - large_groups[(7, 7)]) > 1e-4
+    # nothing was resampled or changed, nor is anything when converting the model to that size
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    model.resize((64, 48))
+    assert model.config["pos_kwargs"]["ref_grid"] == [8, 8]
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    with torch.no_grad():
+        torch.testing.assert_close(model.pos.bias(0, (16, 12)), large, atol=0, rtol=0)
+    with pytest.raises(ConfigError, match="leave resize_mode unset"):
+        model.resize(32, "bicubic")
+
+
+def test_cpb_bias_is_cached_in_eval_and_follows_parameter_changes():
+    model = build("cpb", 32, dim=16, num_heads=2)
+    with torch.no_grad():
+        first = model.pos.bias(0, (12, 12))
+        assert model.pos.bias(0, (12, 12)) is first  # cached while gradients are off
+        model.pos.layers[0][2].weight.mul_(10)
+        changed = model.pos.bias(0, (12, 12))
+    assert changed is not first and (changed - first).abs().max() > 1e-3
+    trained = model.pos.bias(0, (12, 12))
+    assert trained.requires_grad  # recomputed with gradients in training
+    torch.testing.assert_close(trained.detach(), changed)
+
+
+def test_cpb_mlp_runs_in_the_parameter_dtype_under_autocast():
+    model = build("cpb", 32, dim=16, num_heads=2)
+    with torch.no_grad():
+        reference = model.pos.bias(0, (12, 12))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        biased = model.pos.bias(1, (8, 8)), model.pos.bias(0, (12, 12))
+    assert all(b.dtype == torch.float32 for b in biased)  # not the bf16 of autocast's matmuls
+    torch.testing.assert_close(biased[1], reference, atol=0, rtol=0)
+    model = model.to(torch.bfloat16)  # a bf16 model computes its bias in bf16
+    with torch.no_grad():
+        assert model.pos.bias(0, (12, 12)).dtype == torch.bfloat16
+        assert model(torch.randn(1, 3, 48, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16
