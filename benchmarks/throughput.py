@@ -4,11 +4,13 @@ config, precision and batch (issue: "Speed"). Not a test: it prints figures and 
     python benchmarks/throughput.py                         # ViT-Ti/4 @ 32 px, batch 256, bf16 where supported
     python benchmarks/throughput.py --batch 128 --steps 10 --out benchmarks/results/cpu.json
 
-Measures, each as the median over `--repeats` timed windows of `--steps` steps after warm-up:
+Measures, each as the median over `--repeats` rounds of `--steps` steps after warm-up, the rounds
+taken round-robin over all models (so a drift of the machine's speed affects every model alike):
 - training images/s (forward, backward, AdamW step) of timm's default ViT (fused SDPA attention)
   and of vitpos with `pos=1d_learned` (the like-for-like case), then every vitpos scheme, also
   relative to `pos=none`;
-- eval images/s, peak memory (CUDA: max allocated; CPU: peak RSS growth, sampled);
+- eval images/s, peak memory of the training steps (CUDA: max allocated; CPU: RSS growth during
+  the warm-up steps, sampled);
 - loader images/s (the in-memory uint8 loader plus the batched crop/flip/normalise on the device);
 - MFU: model FLOPs per image (counted on the meta device) x images/s / a matmul peak measured here.
 """
@@ -76,28 +78,15 @@ class PeakMemory:
             self.peak_mib = (self.peak - self.base) / 2**20
 
 
-def timed(step, images_per_step: int, steps: int, warmup: int, repeats: int, device: torch.device) -> float:
-    """Median images/s over `repeats` windows of `steps` calls, after `warmup` calls."""
-    for _ in range(warmup):
-        step()
-    sync(device)
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync(device)
-        rates.append(images_per_step * steps / (time.perf_counter() - start))
-    return statistics.median(rates)
-
-
-def measure_model(model: torch.nn.Module, args, device: torch.device, bf16: bool) -> dict:
+def make_steps(model: torch.nn.Module, args, device: torch.device, bf16: bool):
+    """(train_step, eval_step) closures of one model on a fixed random batch."""
     model = model.to(device)
     images = torch.randn(args.batch, MODEL["in_chans"], MODEL["img_size"], MODEL["img_size"], device=device)
     labels = torch.randint(0, MODEL["num_classes"], (args.batch,), device=device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def train_step():
+        model.train()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = F.cross_entropy(model(images).float(), labels)
         optimizer.zero_grad(set_to_none=True)
@@ -105,15 +94,42 @@ def measure_model(model: torch.nn.Module, args, device: torch.device, bf16: bool
         optimizer.step()
 
     def eval_step():
+        model.eval()
         with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             model(images)
 
-    model.train()
-    with PeakMemory(device) as memory:
-        train = timed(train_step, args.batch, args.steps, args.warmup, args.repeats, device)
-    model.eval()
-    evaluation = timed(eval_step, args.batch, args.steps, args.warmup, args.repeats, device)
-    return dict(train_img_s=train, eval_img_s=evaluation, peak_mem_mib=memory.peak_mib)
+    return train_step, eval_step
+
+
+def window(step, steps: int, device: torch.device) -> float:
+    """Seconds for `steps` calls."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def measure_all(builds: dict, args, device: torch.device, bf16: bool) -> dict:
+    """Train/eval images/s of every model, median over `repeats` rounds; the rounds go round-robin
+    over the models, so a drift of the machine's speed during the run hits all models alike."""
+    steps, rates = {}, {name: {"train": [], "eval": []} for name in builds}
+    peaks = {}
+    for name, build in builds.items():
+        steps[name] = make_steps(build(), args, device, bf16)
+        with PeakMemory(device) as memory:
+            for _ in range(args.warmup):
+                steps[name][0]()
+        peaks[name] = memory.peak_mib
+        for _ in range(args.warmup):
+            steps[name][1]()
+    for _ in range(args.repeats):
+        for name in builds:
+            for kind, step in zip(("train", "eval"), steps[name]):
+                rates[name][kind].append(args.batch * args.steps / window(step, args.steps, device))
+    return {name: dict(train_img_s=statistics.median(r["train"]), eval_img_s=statistics.median(r["eval"]),
+                       peak_mem_mib=peaks[name]) for name, r in rates.items()}
 
 
 def flops_per_image(build) -> float:
@@ -128,8 +144,10 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, size: int = 2048, reps
     """Measured dense matmul FLOP/s at `dtype` (the denominator of MFU)."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
-    rate = timed(lambda: a @ b, 1, reps, 3, 3, device)  # matmuls per second
-    return rate * 2 * size**3
+    for _ in range(3):
+        a @ b
+    seconds = statistics.median(window(lambda: a @ b, reps, device) for _ in range(3))
+    return reps / seconds * 2 * size**3
 
 
 class RandomCIFARShaped(ImageDataModule):
@@ -199,14 +217,13 @@ def main() -> None:
     candidates = [("timm (default)", build_timm), *((f"vitpos {p}", build_vitpos(p)) for p in args.schemes.split(","))]
     if args.compile:
         candidates += [(f"vitpos {p} compiled", compiled(build_vitpos(p))) for p in ("none", "1d_learned")]
-    rows = {}
-    for name, build in candidates:
-        result = measure_model(build(), args, device, bf16)
+    builds = dict(candidates)
+    rows = measure_all(builds, args, device, bf16)
+    for name, result in rows.items():
         result["flops_per_img"] = flops_per_image(build_timm if name.startswith("timm") else
                                                   build_vitpos(name.split()[1]))
         result["mfu"] = result["train_img_s"] * result["flops_per_img"] / peak
-        rows[name] = result
-        print(f"  {name:<22} train {result['train_img_s']:8.1f} img/s  eval {result['eval_img_s']:8.1f} img/s  "
+        print(f"  {name:<24} train {result['train_img_s']:8.1f} img/s  eval {result['eval_img_s']:8.1f} img/s  "
               f"peak mem {result['peak_mem_mib']:7.1f} MiB  MFU {100 * result['mfu']:5.1f}%", flush=True)
 
     loader = loader_throughput(args, device)
