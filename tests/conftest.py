@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -18,6 +19,16 @@ def compose_config(overrides: list[str], tmp_path: Path) -> DictConfig:
             "trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
             *overrides,
         ])
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: one intra-op thread is faster, and immune to a busy machine (two threads
+    spin-waiting against another process ran the model tests 10x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -16,14 +16,7 @@ POOLS = ("gap", "cls")
 PATCH = 4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These models are tiny: one intra-op thread is faster, and immune to a busy machine (two
-    threads spin-waiting against another process ran this file 10x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 SMALL = dict(dim=32, depth=2, num_heads=2, patch_size=PATCH)
 
 # Schemes whose positional parameters are ordinary weights (a convolution) that decay like any weight;

@@ -16,14 +16,7 @@ from vitpos.pos import HOOKS, create_pos, get_pos_class
 PATCH = 4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These models are tiny: one intra-op thread is faster, and immune to a busy machine (two
-    threads spin-waiting against another process ran this file 10x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(pos: str, img_size, dim: int = 16, depth: int = 2, num_heads: int = 2, seed: int = 0, **kwargs):

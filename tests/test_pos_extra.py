@@ -19,13 +19,7 @@ PATCH = 4
 ROPES = ("rope_axial", "rope_mixed")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors on a machine shared with another process: one intra-op thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(pos: str, img_size, dim: int = 16, depth: int = 2, num_heads: int = 2, seed: int = 0, **kwargs):

@@ -38,13 +38,7 @@ TRAIN_SIZE = 32  # vit_micro has patch 4: an 8 x 8 grid
 OTHER_SIZES = [48, (32, 48), (16, 64)]  # larger, rectangular, and same token count as 32x32 but 4 x 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models on a machine shared with another process: one intra-op thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def subprocess_env() -> dict:
