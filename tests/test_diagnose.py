@@ -1,0 +1,44 @@
+"""`python -m vitpos.diagnose`: the checklist's findings are right for every scheme."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import vitpos
+from vitpos.diagnose import SHUFFLE_NOISE, diagnose, report
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+SMALL = dict(dim=64, depth=2, num_heads=2)
+
+
+@pytest.mark.parametrize("pos", vitpos.list_pos())
+def test_findings(pos):
+    model = vitpos.create_model(pos, img_size=32, **SMALL)
+    findings = diagnose(model, (32, 48))
+    assert findings["grid"] == (8, 12) and findings["built_grid"] == (8, 8)
+    assert (findings["shuffle_change"] > SHUFFLE_NOISE) == (pos != "none")
+    assert set(findings["learned"]) == {name for name, _ in model.pos.named_parameters()}
+    assert all(findings["learned"].values())  # every learned positional tensor gets a gradient
+    assert set(findings["fixed"]) == {name for name, _ in model.pos.named_buffers()}
+    assert (findings["pos_to_token_norm"] is not None) == model.pos.uses("add")
+    assert "PROBLEM" not in report(findings)
+
+
+def test_broken_scheme_is_reported():
+    model = vitpos.create_model("1d_learned", img_size=32, **SMALL)
+    model.pos.embedding.requires_grad_(False)  # a learned table that no longer trains
+    model.pos.embedding.data.mul_(1e4)  # and drowns the patch content
+    text = report(diagnose(model, 32))
+    assert "[PROBLEM] learned pos.embedding gets no gradient" in text
+    assert "[PROBLEM] positional / patch-token norm" in text
+
+
+def test_cli():
+    result = subprocess.run([sys.executable, "-m", "vitpos.diagnose", "pos=2d_sin", "dim=64", "depth=2", "num_heads=2"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and "[ok] position signal reaches the output" in result.stdout
+    bad = subprocess.run([sys.executable, "-m", "vitpos.diagnose", "pos=2d_sin", "img_size=30"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: image size 30x30")
