@@ -8,6 +8,7 @@ import hydra
 from omegaconf import DictConfig
 
 from vitpos.errors import VitposError
+from vitpos.errors import report as report_error
 from vitpos.train import train
 
 
@@ -16,8 +17,7 @@ def main(cfg: DictConfig) -> float | None:
     try:
         metrics = train(cfg)
     except VitposError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report_error(error))
     return metrics.get("val/acc_best")
 
 

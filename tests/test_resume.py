@@ -47,7 +47,7 @@ def uninterrupted(tmp_path_factory):
 def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, expected_rc):
     cwd, (full_step, full_weights), full_batches = uninterrupted
     run = signal_name.lower()
-    record = [f"+callbacks.rec._target_=interrupt.RecordBatches", f"+callbacks.rec.path={cwd / run}.batches"]
+    record = ["+callbacks.rec._target_=interrupt.RecordBatches", f"+callbacks.rec.path={cwd / run}.batches"]
     first = train_py(cwd, f"run_name={run}", "+callbacks.stop._target_=interrupt.InterruptAtStep",
                      "+callbacks.stop.step=6", f"+callbacks.stop.signal_name={signal_name}", *record)
     assert first.returncode == expected_rc, first.stderr[-2000:]

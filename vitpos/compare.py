@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from .errors import ConfigError, VitposError
+from .errors import report as report_error
 
 DEFAULTS = dict(data=None, img_size=None, out=None)
 COLUMNS = ("pos", "data", "img_size", "params", "val_acc_best", "val_acc_final", "test_acc", "epochs",
@@ -123,8 +124,7 @@ def main(argv: list[str]) -> int:
             raise ConfigError("usage: python -m vitpos.compare <log folder> [data=NAME] [img_size=N] [out=DIR]")
         compare(positional[0], **OmegaConf.to_container(options))
     except VitposError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error)
     return 0
 
 

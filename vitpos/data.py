@@ -14,7 +14,6 @@ only indexes tensors. The `randaugment` policy runs per sample in the DataLoader
 from __future__ import annotations
 
 import gzip
-import os
 import pickle
 from pathlib import Path
 

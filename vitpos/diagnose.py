@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from timm.layers import to_2tuple
 
 from .errors import ConfigError, VitposError
+from .errors import report as report_error
 from .model import VisionTransformer, create_model
 from .resize import load_model
 
@@ -105,8 +106,7 @@ def main(argv: list[str]) -> int:
         torch.manual_seed(options.seed)
         print(report(diagnose(model, options.img_size, options.batch, options.seed)))
     except (VitposError, TypeError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error)
     return 0
 
 

@@ -1,4 +1,7 @@
 """User-facing errors: `train.py` and the CLIs print their message as one line, no traceback."""
+import sys
+
+EXIT_USER_ERROR = 2
 
 
 class VitposError(Exception):
@@ -15,3 +18,9 @@ class DataNotFoundError(VitposError, FileNotFoundError):
 
 class NonFiniteLossError(VitposError, FloatingPointError):
     """The training loss became NaN or infinite (on any rank)."""
+
+
+def report(error: Exception) -> int:
+    """Print `error` as the one `error:` line the CLIs show; return their exit status."""
+    print(f"error: {error}", file=sys.stderr)
+    return EXIT_USER_ERROR

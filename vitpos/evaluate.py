@@ -26,6 +26,7 @@ from timm.layers import to_2tuple
 from torchmetrics.classification import MulticlassAccuracy
 
 from .errors import ConfigError, VitposError
+from .errors import report as report_error
 from .resize import load_model, read_checkpoint
 from .train import bf16_supported, size_tag
 
@@ -177,8 +178,7 @@ def main(argv: list[str]) -> int:
                               "python -m vitpos.evaluate ckpt=logs img_sizes=[32,48,64]")
         evaluate(**OmegaConf.to_container(options, resolve=True))
     except VitposError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error)
     return 0
 
 

@@ -44,7 +44,12 @@ def load_model(ckpt_path: str | Path, img_size: int | tuple[int, int] | None = N
         resize_mode: the rule's mode (e.g. `bicubic` for learned tables, `extrapolate` or
             `interpolate` for sin-cos); None keeps the scheme's configured mode.
     """
-    checkpoint = read_checkpoint(ckpt_path)
+    return model_from_checkpoint(read_checkpoint(ckpt_path), img_size, resize_mode)
+
+
+def model_from_checkpoint(checkpoint: dict, img_size: int | tuple[int, int] | None = None,
+                          resize_mode: str | None = None) -> VisionTransformer:
+    """`load_model` for a checkpoint already read with `read_checkpoint`."""
     model = create_model(**checkpoint["hyper_parameters"]["model"])
     model.load_state_dict(model_state(checkpoint))
     if img_size is not None or resize_mode is not None:

@@ -16,7 +16,7 @@ from .data import ImageDataModule
 from .errors import ConfigError
 from .model import VisionTransformer
 from .module import ImageClassifier
-from .resize import load_model, read_checkpoint
+from .resize import model_from_checkpoint, read_checkpoint
 
 HPARAM_METRICS = ("val/acc", "val/acc_best", "test/acc")
 
@@ -75,9 +75,11 @@ def log_hparams(logger: TensorBoardLogger, cfg: DictConfig, module: ImageClassif
         writer.add_summary(summary)
 
 
-def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> VisionTransformer:
-    """The model of `cfg.finetune_from`, converted to `cfg.img_size`, checked against the config."""
-    model = load_model(cfg.finetune_from, img_size=to_container(cfg.img_size), resize_mode=cfg.resize_mode)
+def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[VisionTransformer, list[int]]:
+    """The model of `cfg.finetune_from` converted to `cfg.img_size` and checked against the config,
+    and the image size it was trained at."""
+    checkpoint = read_checkpoint(cfg.finetune_from)
+    model = model_from_checkpoint(checkpoint, img_size=to_container(cfg.img_size), resize_mode=cfg.resize_mode)
     trained = model.config
     if trained["pos"] != cfg.pos.name:
         raise ConfigError(f"checkpoint {cfg.finetune_from} was trained with pos={trained['pos']} but the config "
@@ -86,7 +88,7 @@ def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> VisionTrans
         raise ConfigError(f"checkpoint {cfg.finetune_from} has {trained['num_classes']} classes and "
                           f"{trained['in_chans']} input channels, data={datamodule.name} has "
                           f"{datamodule.num_classes} and {datamodule.in_chans}; pass the data it was trained on")
-    return model
+    return model, checkpoint["hyper_parameters"]["model"]["img_size"]
 
 
 def resume_checkpoint(cfg: DictConfig, run_name: str, module: ImageClassifier) -> Path:
@@ -127,11 +129,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     data_cfg = to_container(cfg.data)
     run_name = cfg.run_name or f"{cfg.pos.name}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
     if cfg.finetune_from:
-        source = finetune_source(cfg, datamodule)
+        source, trained_size = finetune_source(cfg, datamodule)
         module = ImageClassifier(model=source.config, data=data_cfg, compile=cfg.model.get("compile", False),
                                  **cfg.optim)
         module.model.load_state_dict(source.state_dict())
-        trained_size = read_checkpoint(cfg.finetune_from)["hyper_parameters"]["model"]["img_size"]
         run_name = cfg.run_name or f"{run_name}_from_{size_tag(trained_size)}"
     else:
         module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg,
