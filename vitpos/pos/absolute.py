@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from timm.layers import build_sincos2d_pos_embed, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 
-from .base import Grid, PositionalEncoding, check_choice, check_divisible
+from .base import Grid, PositionalEncoding, axis_positions, check_choice, check_divisible
 from .registry import register
 
 
@@ -153,10 +153,7 @@ class FixedSincos(AdditiveEncoding):
 
     def positions(self, grid: Grid) -> tuple[Tensor, Tensor]:
         """Row and column coordinates (H,), (W,) of `grid` under the resize mode, in fp32."""
-        rows, cols = (torch.arange(n, dtype=torch.float32) for n in grid)
-        if self.resize_mode == "interpolate":
-            rows, cols = rows * (self.ref_grid[0] / grid[0]), cols * (self.ref_grid[1] / grid[1])
-        return rows, cols
+        return axis_positions(grid, self.ref_grid, self.resize_mode)
 
     def _compute(self, grid: Grid) -> Tensor:
         raise NotImplementedError

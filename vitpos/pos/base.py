@@ -117,6 +117,16 @@ class PositionalEncoding(nn.Module):
         return f"grid={self.grid}"
 
 
+def axis_positions(grid: Grid, ref_grid: Grid, mode: str, device=None) -> tuple[Tensor, Tensor]:
+    """Row (H,) and column (W,) coordinates of `grid` in fp32, for the fixed and rotary schemes'
+    resize modes: `extrapolate` = 0..H-1; `interpolate` = rescaled into `ref_grid`'s range
+    (row * H_ref / H), as if the same image were sampled more finely."""
+    rows, cols = (torch.arange(n, dtype=torch.float32, device=device) for n in grid)
+    if mode == "interpolate":
+        rows, cols = rows * (ref_grid[0] / grid[0]), cols * (ref_grid[1] / grid[1])
+    return rows, cols
+
+
 def check_divisible(scheme: str, dim: int, divisor: int, why: str) -> None:
     """Raise a clear error at construction instead of a silent broadcast later."""
     if dim % divisor:

@@ -28,7 +28,7 @@ from timm.layers.pos_embed_sincos import (apply_rot_embed_cat, build_rotary_pos_
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .base import Grid, PositionalEncoding, check_choice
+from .base import Grid, PositionalEncoding, axis_positions, check_choice
 from .registry import register
 
 
@@ -65,12 +65,8 @@ class RotaryEncoding(PositionalEncoding):
     def positions(self, grid: Grid, device=None) -> tuple[Tensor, Tensor]:
         """Row and column coordinate of every token, (N,) each in row-major order, fp32, under the
         resize mode."""
-        height, width = grid
-        rows = torch.arange(height, dtype=torch.float32, device=device)
-        cols = torch.arange(width, dtype=torch.float32, device=device)
-        if self.resize_mode == "interpolate":
-            rows, cols = rows * (self.ref_grid[0] / height), cols * (self.ref_grid[1] / width)
-        return rows.repeat_interleave(width), cols.repeat(height)
+        rows, cols = axis_positions(grid, self.ref_grid, self.resize_mode, device=device)
+        return rows.repeat_interleave(grid[1]), cols.repeat(grid[0])  # (H*W,) each, row-major
 
     def embed(self, layer: int, grid: Grid) -> Tensor:
         """fp32 [sin | cos] of the angles: (N, 2 * head_dim) or (heads, N, 2 * head_dim)."""
