@@ -182,6 +182,8 @@ class VisionTransformer(nn.Module):
 
     def _rotate(self, layer: int, grid: Grid, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         prefix = self.num_prefix_tokens
+        if not prefix:  # slicing and re-concatenating would cost two copies and a gradient accumulation
+            return self.pos.rotate(layer, q, k, grid)
         q_patch, k_patch = self.pos.rotate(layer, q[:, :, prefix:], k[:, :, prefix:], grid)
         return torch.cat([q[:, :, :prefix], q_patch], dim=2), torch.cat([k[:, :, :prefix], k_patch], dim=2)
 
