@@ -42,4 +42,4 @@ def tiny_overrides() -> list[str]:
     """A micro model on a small synthetic set: a full train+test run takes a few seconds."""
     return ["data=synthetic", "model=vit_micro", "data.num_train=640", "data.num_test=128", "data.val_size=128",
             "data.batch_size=64", "trainer.max_steps=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
-            "trainer.precision=32-true"]
+            "trainer.precision=32-true", "figures_at_end=false"]

@@ -42,21 +42,28 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, bias: Tensor | None = None, rotate: Rotate | None = None) -> Tensor:
-        batch, num_tokens, dim = x.shape
+    def heads(self, x: Tensor, rotate: Rotate | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Tokens (B, N, D) -> q, k, v (B, heads, N, head_dim) each, q and k rotated by `rotate`."""
+        batch, num_tokens, _ = x.shape
         qkv = self.qkv(x).reshape(batch, num_tokens, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, N, head_dim)
-        if rotate is not None:
-            q, k = rotate(q, k)
+        return (*rotate(q, k), v) if rotate is not None else (q, k, v)
+
+    def probs(self, q: Tensor, k: Tensor, bias: Tensor | None = None) -> Tensor:
+        """Attention probabilities (B, heads, N, N) of the math path (also read by `vitpos.figures`)."""
+        logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, N, N)
+        if bias is not None:
+            logits = logits + bias.to(logits.dtype)
+        return logits.softmax(dim=-1)
+
+    def forward(self, x: Tensor, bias: Tensor | None = None, rotate: Rotate | None = None) -> Tensor:
+        batch, num_tokens, dim = x.shape
+        q, k, v = self.heads(x, rotate)
         use_sdpa = self.attn_impl == "sdpa" or (self.attn_impl == "auto" and x.device.type != "cpu")
         if use_sdpa:
-            mask = None if bias is None else bias.to(q.dtype)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))
         else:
-            logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, N, N)
-            if bias is not None:
-                logits = logits + bias.to(logits.dtype)
-            out = logits.softmax(dim=-1).to(v.dtype) @ v
+            out = self.probs(q, k, bias).to(v.dtype) @ v
         out = out.transpose(1, 2).reshape(batch, num_tokens, dim)  # (B, N, D)
         return self.proj(out)
 

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from .callbacks import AtomicCheckpointIO, LastCheckpoint, RNGStateInCheckpoint
+from .figures import PositionalFigures
 from .data import ImageDataModule
 from .errors import ConfigError
 from .model import VisionTransformer
@@ -146,6 +147,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
                            mode="max", auto_insert_metric_name=False)
     callbacks = [best, LastCheckpoint(checkpoint_dir / "last.ckpt", cfg.checkpoint_every_n_steps), RNGStateInCheckpoint(),
                  ThroughputMonitor(batch_size_fn=batch_size, window_size=10),
+                 *([PositionalFigures()] if cfg.get("figures_at_end", True) else []),
                  *(hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),
