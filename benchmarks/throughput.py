@@ -6,7 +6,8 @@ config, precision and batch (issue: "Speed"). Not a test: it prints figures and 
 
 Measures, each as the median over `--repeats` rounds of `--steps` steps after warm-up, the rounds
 taken round-robin over all models (so a drift of the machine's speed affects every model alike):
-- training images/s (forward, backward, AdamW step) of timm's default ViT (fused SDPA attention)
+- training images/s (forward, backward, AdamW step) of timm's default ViT (fused SDPA attention),
+  of the same timm model with its plain matmul-softmax attention (`fused_attn=False`, a reference)
   and of vitpos with `pos=1d_learned` (the like-for-like case), then every vitpos scheme, also
   relative to `pos=none`;
 - eval images/s, peak memory of the training steps (CUDA: max allocated; CPU: RSS growth during
@@ -199,6 +200,13 @@ def main() -> None:
                        num_heads=MODEL["num_heads"], mlp_ratio=MODEL["mlp_ratio"], class_token=False,
                        global_pool="avg", fc_norm=False)
 
+    def build_timm_plain_attention():
+        # timm's own non-fused path (matmul-softmax-matmul): what the attention kernel alone buys timm
+        model = build_timm()
+        for block in model.blocks:
+            block.attn.fused_attn = False
+        return model
+
     def build_vitpos(pos):
         return lambda: vitpos.create_model(pos, **MODEL)
 
@@ -214,7 +222,7 @@ def main() -> None:
             return model
         return build_compiled
 
-    candidates = [("timm (default)", build_timm), *((f"vitpos {p}", build_vitpos(p)) for p in args.schemes.split(","))]
+    candidates = [("timm (default)", build_timm), ("timm (plain attention)", build_timm_plain_attention), *((f"vitpos {p}", build_vitpos(p)) for p in args.schemes.split(","))]
     if args.compile:
         candidates += [(f"vitpos {p} compiled", compiled(build_vitpos(p))) for p in ("none", "1d_learned")]
     builds = dict(candidates)

@@ -29,7 +29,8 @@ finetune() {
 tables() {
   python -m vitpos.compare $TRAIN out=docs/results/train_32px
   python -m vitpos.evaluate ckpt=$TRAIN img_sizes=[32,48,64] $EVAL out=docs/results/resolution_no_finetune
-  python -m vitpos.evaluate ckpt=[$TRAIN/1d_sin_fashion_mnist_32px,$TRAIN/2d_sin_fashion_mnist_32px] \
+  local interp=(1d_sin 2d_sin rope_axial rope_mixed)  # the schemes with an extrapolate/interpolate mode
+  python -m vitpos.evaluate ckpt=[$(printf "$TRAIN/%s_fashion_mnist_32px," "${interp[@]}" | sed 's/,$//')] \
     img_sizes=[32,48,64] resize_mode=interpolate $EVAL out=docs/results/resolution_no_finetune_interpolate
   python -m vitpos.evaluate ckpt=logs/fmnist_finetune_48 img_sizes=[48] $EVAL out=docs/results/finetuned_48px
   python -m vitpos.evaluate ckpt=logs/fmnist_finetune_64 img_sizes=[64] $EVAL out=docs/results/finetuned_64px
