@@ -61,7 +61,7 @@ def test_positional_table_is_what_add_adds(pos):
     torch.testing.assert_close(model.pos.add(tokens, (4, 4)) - tokens, positional_table(model, (4, 4)).expand(2, -1, -1))
 
 
-def pairwise_mean_distance(grid, patch):
+def pairwise_mean_distance(grid, patch):  # independent of vitpos.figures.patch_distances
     rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
     points = torch.stack([rows.flatten(), cols.flatten()], dim=-1).double() * patch
     return (points[:, None] - points[None]).norm(dim=-1).mean().item()

@@ -162,14 +162,18 @@ def rotary_figure(model: VisionTransformer, grid: Grid):
                            "score / head_dim")
 
 
+def patch_distances(grid: Grid, patch_size: int) -> Tensor:
+    """Euclidean distance in pixels between the centres of every two patches, (N, N)."""
+    rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
+    centres = torch.stack([rows.flatten(), cols.flatten()], dim=-1).float() * patch_size  # (N, 2)
+    return torch.cdist(centres, centres)
+
+
 def attention_distances(model: VisionTransformer, images: Tensor) -> Tensor:
     """Mean attended distance in pixels, (layers, heads): for each query patch, the attention-
     weighted mean Euclidean distance between patch centres, averaged over queries and images."""
-    grid = model.grid_for(images.shape[-2:])
     prefix = model.num_prefix_tokens
-    rows, cols = torch.meshgrid(torch.arange(grid[0]), torch.arange(grid[1]), indexing="ij")
-    centres = torch.stack([rows.flatten(), cols.flatten()], dim=-1).float() * model.patch_size  # (N, 2) pixels
-    distance = torch.cdist(centres, centres).to(images.device)  # (N, N)
+    distance = patch_distances(model.grid_for(images.shape[-2:]), model.patch_size).to(images.device)
     per_layer = []
 
     def record(attention, args, kwargs, output):
@@ -197,10 +201,12 @@ def attention_distance_figure(model: VisionTransformer, images: Tensor):
         axes.scatter(torch.arange(layers).numpy(), distances[:, head].numpy(), s=18, label=f"head {head}")
     axes.plot(torch.arange(layers).numpy(), distances.mean(dim=1).numpy(), color="0.3", linewidth=1, label="mean")
     grid = model.grid_for(images.shape[-2:])
+    uniform = patch_distances(grid, model.patch_size).mean().item()
+    axes.axhline(uniform, color="0.5", linestyle="--", linewidth=1, label="uniform attention")
     axes.set_xlabel("layer")
     axes.set_ylabel("mean attention distance (pixels)")
-    axes.set_title(f"{model.config['pos']}: attention distance per head ({len(images)} images, "
-                   f"{grid[0]} x {grid[1]} patches of {model.patch_size} px)")
+    axes.set_title(f"{model.config['pos']}: mean attention distance per head\n"
+                   f"({len(images)} images, {grid[0]} x {grid[1]} patches of {model.patch_size} px)")
     axes.set_xticks(range(layers))
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, ncol=2)
