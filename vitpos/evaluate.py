@@ -150,17 +150,19 @@ def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path) -> 
         lines.append(f"| {run} | {first['pos']} | {first['trained_at']} | {accs} |")
     (out / "resolution.md").write_text("\n".join(lines) + "\n")
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure, axes = plt.subplots(figsize=(9.5, 4.5))
     heights = [size[0] for size in sizes]
-    for run in runs:
+    colors = plt.get_cmap("tab20").colors  # 20 distinct colours: one per run of a full scheme sweep
+    for index, run in enumerate(runs):
         first = next(iter(by_run[run].values()))
-        axes.plot(heights, [100 * by_run[run][t]["acc"] for t in tags], marker="o", label=f"{first['pos']} ({run})")
+        axes.plot(heights, [100 * by_run[run][t]["acc"] for t in tags], marker="o", color=colors[index % 20],
+                  linestyle="-" if index < 20 else "--", label=f"{first['pos']} ({run})")
     axes.set_xticks(heights, tags)
     axes.set_xlabel("evaluation resolution")
     axes.set_ylabel(f"{rows[0]['split']} accuracy (%)")
     axes.set_title("Accuracy vs resolution (no fine-tuning)")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.tight_layout()
     figure.savefig(out / "resolution.png", dpi=120)
     plt.close(figure)
