@@ -273,8 +273,14 @@ class PositionalFigures(L.Callback):
         if experiment is not None and hasattr(experiment, "add_figure"):
             for name, figure in figures.items():
                 experiment.add_figure(f"figures/{name}", figure, global_step=trainer.global_step, close=False)
-        if trainer.log_dir:
-            save_figures(figures, Path(trainer.log_dir) / "figures")
+        # the logger's folder, not `trainer.log_dir`: that one is a broadcast, a collective that
+        # rank 0 alone (this hook) must not enter under DDP
+        log_dir = getattr(trainer.logger, "log_dir", None)
+        if log_dir:
+            save_figures(figures, Path(log_dir) / "figures")
+        else:
+            for figure in figures.values():
+                _pyplot().close(figure)
         model.train(was_training)
 
 
