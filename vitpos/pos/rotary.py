@@ -88,6 +88,7 @@ class RotaryEncoding(PositionalEncoding):
     """Shared by the RoPE schemes: head_dim check, the two position modes, the rotation.
 
     Args:
+        theta: frequency base (of the fixed frequencies, or of the learned ones' initialisation).
         resize_mode: positions on a grid other than `ref_grid`: `extrapolate` (0..H'-1) or
             `interpolate` (rescaled into the reference grid's range).
         ref_grid: the grid positions are measured in (the training grid); default: the built grid.
@@ -95,8 +96,8 @@ class RotaryEncoding(PositionalEncoding):
 
     resize_modes = ("extrapolate", "interpolate")
 
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "extrapolate",
-                 ref_grid: Grid | None = None):
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float,
+                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
         super().__init__(dim, num_heads, depth, grid)
         if dim % num_heads or (dim // num_heads) % 4:
             raise ConfigError(
@@ -105,6 +106,7 @@ class RotaryEncoding(PositionalEncoding):
             )
         check_choice(self.scheme_name, "resize_mode", resize_mode, self.resize_modes)
         self.head_dim = dim // num_heads
+        self.theta = float(theta)
         self.resize_mode = resize_mode
         self.ref_grid = tuple(int(s) for s in ref_grid) if ref_grid else self.grid
 
@@ -128,7 +130,7 @@ class RotaryEncoding(PositionalEncoding):
         return super().resize_to(grid)
 
     def init_kwargs(self) -> dict:
-        return {"resize_mode": self.resize_mode, "ref_grid": list(self.ref_grid)}
+        return {"theta": self.theta, "resize_mode": self.resize_mode, "ref_grid": list(self.ref_grid)}
 
     def extra_repr(self) -> str:
         return f"grid={self.grid}, head_dim={self.head_dim}, resize_mode={self.resize_mode}, ref_grid={self.ref_grid}"
@@ -156,8 +158,7 @@ class RopeAxial(RotaryEncoding):
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float = 100.0,
                  resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
-        super().__init__(dim, num_heads, depth, grid, resize_mode=resize_mode, ref_grid=ref_grid)
-        self.theta = float(theta)
+        super().__init__(dim, num_heads, depth, grid, theta, resize_mode=resize_mode, ref_grid=ref_grid)
         self.register_buffer("cached", self._compute(self.grid), persistent=False)  # (N, head_dim/2)
 
     def _compute(self, grid: Grid, device=None) -> Tensor:
@@ -184,10 +185,6 @@ class RopeAxial(RotaryEncoding):
             self.cached = self._compute(self.grid, device=self.cached.device)
         return module
 
-    def init_kwargs(self) -> dict:
-        return {"theta": self.theta, **super().init_kwargs()}
-
-
 @register("rope_mixed")
 class RopeMixed(RotaryEncoding):
     """RoPE-Mixed (Heo et al. 2024): learned frequencies per layer, head and channel pair,
@@ -208,8 +205,7 @@ class RopeMixed(RotaryEncoding):
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float = 10.0,
                  resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
-        super().__init__(dim, num_heads, depth, grid, resize_mode=resize_mode, ref_grid=ref_grid)
-        self.theta = float(theta)
+        super().__init__(dim, num_heads, depth, grid, theta, resize_mode=resize_mode, ref_grid=ref_grid)
         self.freqs = nn.Parameter(init_random_2d_freqs(self.head_dim, depth, num_heads, temperature=self.theta))
 
     def _compute(self, layer: int, grid: Grid) -> Tensor:
@@ -221,6 +217,3 @@ class RopeMixed(RotaryEncoding):
 
     def angles(self, layer: int, grid: Grid) -> Tensor:
         return self.per_grid((layer, tuple(grid)), lambda: self._compute(layer, grid))
-
-    def init_kwargs(self) -> dict:
-        return {"theta": self.theta, **super().init_kwargs()}
