@@ -33,7 +33,7 @@ from timm.models.vision_transformer import VisionTransformer as TimmViT
 
 import vitpos
 from vitpos.data import ImageDataModule
-from vitpos.train import bf16_supported
+from vitpos.precision import bf16_supported
 
 MODEL = dict(img_size=32, patch_size=4, dim=192, depth=6, num_heads=3, mlp_ratio=4.0, num_classes=10, in_chans=3)
 

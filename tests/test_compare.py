@@ -1,37 +1,72 @@
-"""`python -m vitpos.compare`: the table's numbers are the logged ones."""
+"""`python -m vitpos.compare`: runs that differ only by seed are one row, whose statistics are
+those of the logged numbers; unfinished runs are not counted."""
 from __future__ import annotations
 
 import csv
+import json
+import shutil
+import statistics
 import subprocess
 import sys
 
 import pytest
 
-from vitpos.compare import compare
+from vitpos.compare import compare, group_runs
+from vitpos.runs import RESULTS_FILE
 from vitpos.train import train
+
+KEY = dict(experiment="e", data="d", img_size=28, finetuned_from="-", model="m", lr=0.001, batch_size=8, epochs=1)
+
+
+def run_row(pos: str, seed: int, test_acc, **extra) -> dict:
+    return dict(KEY, pos=pos, seed=seed, test_acc=test_acc, val_acc_best=test_acc, val_acc_final=test_acc,
+                images_per_s=100, fit_minutes=1.0, **extra)
+
+
+def test_grouping_and_statistics_match_hand_computed_values():
+    rows = [run_row("a", 0, 0.80, **{"test_acc@42px": 0.5}), run_row("a", 1, 0.84, **{"test_acc@42px": 0.7}),
+            run_row("a", 2, 0.85, **{"test_acc@42px": 0.6}), run_row("b", 0, 0.70),
+            dict(run_row("a", 3, 0.10), lr=0.1)]  # another lr: another group, even with the same scheme
+    groups = {(g["pos"], g["lr"]): g for g in group_runs(rows)}
+    assert set(groups) == {("a", 0.001), ("b", 0.001), ("a", 0.1)}
+    a = groups["a", 0.001]
+    assert a["n"] == 3 and a["seeds"] == "0 1 2"
+    assert a["test_acc_mean"] == pytest.approx(0.83)  # (0.80 + 0.84 + 0.85) / 3
+    # sample std: sqrt(((-0.03)^2 + 0.01^2 + 0.02^2) / 2) = sqrt(0.0007)
+    assert a["test_acc_std"] == pytest.approx(0.0265, abs=1e-4)
+    assert a["test_acc@42px_mean"] == pytest.approx(0.6) and a["test_acc@42px_std"] == pytest.approx(0.1)
+    assert groups["b", 0.001]["n"] == 1 and groups["b", 0.001]["test_acc_std"] == ""  # no spread from one run
 
 
 @pytest.fixture
-def two_runs(make_config, tiny_overrides):
+def three_runs(make_config, tiny_overrides):
     extra = ["trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.log_every_n_steps=1"]
-    return [train(make_config([f"pos={pos}", *tiny_overrides, *extra])) for pos in ("none", "rel_bias")]
+    return [train(make_config([f"pos={pos}", f"seed={seed}", *tiny_overrides, *extra]))
+            for pos, seed in (("none", 0), ("none", 1), ("rel_bias", 0))]
 
 
-def test_compare_reports_the_logged_numbers(two_runs, tmp_path):
+def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
     logs = tmp_path / "logs"
+    unfinished = logs / "cpe_synthetic_32px_seed0" / "version_0"  # a run that died: no results.json
+    shutil.copytree(three_runs[2]["log_dir"], unfinished)
+    (unfinished / RESULTS_FILE).unlink()
     rows = compare(logs, out=tmp_path / "out")
-    assert {row["pos"] for row in rows} == {"none", "rel_bias"}
-    for metrics in two_runs:
-        row = next(r for r in rows if r["run"] in metrics["log_dir"])
-        assert row["data"] == "synthetic" and row["img_size"] == 32 and row["params"] > 0
-        assert row["val_acc_best"] == round(metrics["val/acc_best"], 4)
-        assert row["test_acc"] == round(metrics["test/acc"], 4)
-        assert row["images_per_s"] == "" or row["images_per_s"] > 0
+    assert sorted((row["pos"], row["n"]) for row in rows) == [("none", 2), ("rel_bias", 1)]
+    none = next(r for r in rows if r["pos"] == "none")
+    logged = [json.loads((tmp_path / m["log_dir"] / RESULTS_FILE).read_text()) for m in three_runs[:2]]
+    assert none["test_acc_mean"] == pytest.approx(statistics.fmean(r["test/acc"] for r in logged), abs=1e-4)
+    assert none["val_acc_best_mean"] == pytest.approx(statistics.fmean(r["val/acc_best"] for r in logged), abs=1e-4)
+    assert none["data"] == "synthetic" and none["img_size"] == 32 and none["seeds"] == "0 1"
+    with open(tmp_path / "out" / "runs.csv") as f:
+        assert len(list(csv.DictReader(f))) == 3
     with open(tmp_path / "out" / "compare.csv") as f:
         assert len(list(csv.DictReader(f))) == 2
-    assert (tmp_path / "out" / "compare.md").read_text().count("\n") == 4  # header, rule, two rows
+    assert (tmp_path / "out" / "compare.md").read_text().count("\n") == 4  # header, rule, two groups
     assert (tmp_path / "out" / "compare.png").stat().st_size > 0
-    assert [r["pos"] for r in compare(logs, data="synthetic", img_size=32, out=tmp_path / "o2")] != []
+    assert [r["pos"] for r in compare(logs, data="synthetic", img_size=32, out=tmp_path / "o2")] == \
+        [r["pos"] for r in rows]
+    with pytest.raises(Exception, match="no finished runs"):
+        compare(logs, img_size=48, out=tmp_path / "o3")
 
 
 def test_compare_cli_errors_are_one_line(tmp_path):

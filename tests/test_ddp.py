@@ -59,7 +59,7 @@ def train_py(cwd: Path, *overrides: str, timeout: int = 300) -> subprocess.Compl
 def test_real_ddp_launch_writes_one_run(tmp_path):
     result = train_py(tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = list((tmp_path / "logs").glob("2d_sin_synthetic_32px/version_*"))
+    runs = list((tmp_path / "logs").glob("2d_sin_synthetic_32px_seed*/version_*"))
     assert len(runs) == 1  # rank 0 alone logs and checkpoints
     assert (runs[0] / "checkpoints" / "last.ckpt").is_file()
     assert list(runs[0].glob("events.out.tfevents*"))

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import vitpos
 import vitpos.figures
-from vitpos.figures import (attention_distances, centre_index, make_figures, mosaic, positional_table, save_figures)
+from vitpos.plots import (attention_distances, centre_index, make_figures, mosaic, positional_table, save_figures)
 from vitpos.train import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")

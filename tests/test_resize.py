@@ -459,7 +459,7 @@ def test_finetune_starts_from_the_converted_checkpoint(real_ckpt, make_config, t
     assert math.isfinite(metrics["test/loss"])
     run_dir = Path(metrics["log_dir"])
     assert "48px" in run_dir.parent.name and "from_32px" in run_dir.parent.name
-    assert run_dir.parent.name == "2d_sin_synthetic_48px_from_32px"
+    assert run_dir.parent.name == f"2d_sin_synthetic_48px_from_32px_seed{cfg.seed}"
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert checkpoint["hyper_parameters"]["model"]["img_size"] == [48, 48]
     expected = load_model(real_ckpt, img_size=48).state_dict()

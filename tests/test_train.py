@@ -12,7 +12,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import vitpos
-from vitpos.train import resolve_precision, train
+from vitpos import precision
+from vitpos.precision import resolve_precision
+from vitpos.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,7 +30,7 @@ def test_smoke_train_every_scheme(pos, make_config, tiny_overrides):
     metrics = train(cfg)
     assert metrics["test/acc"] >= 0 and torch.isfinite(torch.tensor(metrics["test/loss"]))
     run_dir = Path(metrics["log_dir"])
-    assert run_dir.parent.name == f"{pos}_synthetic_32px"
+    assert run_dir.parent.name == f"{pos}_synthetic_32px_seed{cfg.seed}"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     model_args = checkpoint["hyper_parameters"]["model"]
@@ -77,9 +79,23 @@ def test_cli_unknown_scheme_and_missing_cifar(tmp_path):
 
 
 def test_precision_auto_falls_back_to_fp32(monkeypatch):
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2", "avx512f"})  # an AVX2/AVX512 CPU without bf16
     assert resolve_precision("auto", "cpu") == "32-true"
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
     assert resolve_precision("auto", "cpu") == "bf16-mixed"
+    assert resolve_precision("32-true", "cpu") == "32-true"
     assert resolve_precision("16-mixed", "cpu") == "16-mixed"
+
+
+def test_accuracy_is_top1_micro_on_an_unbalanced_batch():
+    """9 of class 0 all right, 1 of class 1 wrong: top-1 is 0.9 (macro recall would say 0.5)."""
+    from vitpos.module import ImageClassifier
+
+    module = ImageClassifier(model=dict(pos="none", img_size=8, num_classes=3, in_chans=1, dim=8, depth=1,
+                                        num_heads=1, patch_size=4))
+    labels = torch.tensor([0] * 9 + [1])
+    logits = torch.zeros(10, 3)
+    logits[:, 0] = 1.0  # predicts class 0 everywhere
+    metric = module.val_metrics["acc"]
+    metric.update(logits, labels)
+    assert metric.compute().item() == pytest.approx(0.9)

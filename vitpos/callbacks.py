@@ -1,15 +1,20 @@
-"""What Lightning does not do for exact, safe resumption: atomic checkpoint files, RNG state in
-the checkpoint, one `last.ckpt` written periodically and on SIGTERM."""
+"""What Lightning does not do for exact, safe resumption (atomic checkpoint files, RNG state in
+the checkpoint, one `last.ckpt` written periodically and on SIGTERM), and the end-of-training
+positional figures."""
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import lightning as L
-from lightning.fabric.utilities.seed import _collect_rng_states, _set_rng_states
+import numpy as np
+import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_info
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
+
+from .plots import make_figures, pyplot, sample_images, save_figures
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -30,6 +35,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             temporary.unlink(missing_ok=True)
 
 
+def rng_states() -> dict:
+    """The global random states that training consumes: torch (CPU and every CUDA device), numpy, Python."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+            **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})}
+
+
+def set_rng_states(states: dict) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
 class RNGStateInCheckpoint(L.Callback):
     """Saves the global RNG states (torch, CUDA, numpy, Python) with each checkpoint and restores
     them when training resumes, right before the first training batch is drawn, so augmentation and
@@ -40,14 +59,14 @@ class RNGStateInCheckpoint(L.Callback):
         self._to_restore = None
 
     def state_dict(self) -> dict:
-        return {"rng": _collect_rng_states()}
+        return {"rng": rng_states()}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self._to_restore = state_dict["rng"]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._to_restore is not None:
-            _set_rng_states(self._to_restore)
+            set_rng_states(self._to_restore)
             self._to_restore = None
 
 
@@ -71,3 +90,32 @@ class LastCheckpoint(L.Callback):
         if isinstance(exception, SIGTERMException):
             trainer.save_checkpoint(self.path)
             rank_zero_info(f"SIGTERM: saved {self.path} at step {trainer.global_step}; continue with resume=true")
+
+
+class PositionalFigures(L.Callback):
+    """At the end of training, logs `make_figures` of the trained model to TensorBoard
+    (`figures/<name>`, at the last step) and saves them as PNG under `<run>/figures/`, using the
+    first `num_images` validation images."""
+
+    def __init__(self, num_images: int = 64):
+        self.num_images = num_images
+
+    @rank_zero_only
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        model = pl_module.model
+        was_training = model.training
+        images = sample_images(trainer.datamodule, self.num_images).to(pl_module.device)
+        figures = make_figures(model, images.to(next(model.parameters()).dtype))
+        experiment = getattr(trainer.logger, "experiment", None)
+        if experiment is not None and hasattr(experiment, "add_figure"):
+            for name, figure in figures.items():
+                experiment.add_figure(f"figures/{name}", figure, global_step=trainer.global_step, close=False)
+        # the logger's folder, not `trainer.log_dir`: that one is a broadcast, a collective that
+        # rank 0 alone (this hook) must not enter under DDP
+        log_dir = getattr(trainer.logger, "log_dir", None)
+        if log_dir:
+            save_figures(figures, Path(log_dir) / "figures")
+        else:
+            for figure in figures.values():
+                pyplot().close(figure)
+        model.train(was_training)

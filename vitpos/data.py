@@ -166,6 +166,10 @@ class ImageDataModule(L.LightningDataModule):
         super().__init__()
         if augment not in AUGMENTS:
             raise ConfigError(f"data.augment={augment!r} is not one of {', '.join(AUGMENTS)}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"data.batch_size={batch_size!r} must be a positive integer, e.g. data.batch_size=128")
+        if train_subset is not None and (not isinstance(train_subset, int) or train_subset < 1):
+            raise ConfigError(f"data.train_subset={train_subset!r} must be a positive integer or null (all images)")
         self.data_dir = Path(data_dir).expanduser()
         self.img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         self.batch_size = batch_size
@@ -194,6 +198,9 @@ class ImageDataModule(L.LightningDataModule):
         val_index, train_index = order[: self.val_size], order[self.val_size:]
         if self.train_subset:
             train_index = train_index[: self.train_subset]
+        if len(train_index) < self.batch_size:
+            raise ConfigError(f"{len(train_index)} training images are fewer than one batch "
+                              f"(data.batch_size={self.batch_size}); raise data.train_subset or lower data.batch_size")
         self.train_set = UInt8ImageDataset(images[train_index], labels[train_index], self._sample_transform())
         self.val_set = UInt8ImageDataset(images[val_index], labels[val_index])
         self.test_set = UInt8ImageDataset(*self.load(train=False))

@@ -25,51 +25,22 @@ from omegaconf import OmegaConf
 from timm.layers import to_2tuple
 from torchmetrics.classification import MulticlassAccuracy
 
+from .config import data_config
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
+from .plots import pyplot
+from .precision import bf16_supported
 from .resize import load_model, read_checkpoint
-from .train import bf16_supported, size_tag
+from .runs import find_checkpoints, run_dir, run_label, size_tag
 
 DEFAULTS = dict(ckpt=None, img_sizes=[32, 48, 64], resize_mode=None, split="test", limit=None, batch_size=256,
                 data=None, data_dir=None, out="logs/evaluate", device="auto")
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-
-
-def data_config(name: str) -> dict:
-    """configs/data/<name>.yaml composed as train.py would (interpolations resolved)."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[f"data={name}"])
-    return OmegaConf.to_container(cfg.data, resolve=True)
-
-
-def find_checkpoints(spec) -> list[Path]:
-    """Checkpoint files named by `spec`: files, or folders searched for best-*.ckpt (last.ckpt
-    where a run folder has no best checkpoint)."""
-    paths = []
-    for item in [spec] if isinstance(spec, (str, Path)) else list(spec):
-        item = Path(item).expanduser()
-        if item.is_dir():
-            runs = sorted({p.parent for p in item.rglob("*.ckpt")})
-            paths += [min(run.glob("best-*.ckpt"), default=run / "last.ckpt") for run in runs]
-        else:
-            paths.append(item)
-    if not paths:
-        raise ConfigError(f"no checkpoint found in {spec}; pass ckpt=<file.ckpt> or a folder holding checkpoints")
-    return paths
-
-
-def run_name(path: Path) -> str:
-    """`<run>/version_N` of a checkpoint under `<run>/version_N/checkpoints/`."""
-    return f"{path.parent.parent.parent.name}/{path.parent.parent.name}" if path.parent.name == "checkpoints" \
-        else path.stem
 
 
 def accuracy(model, datamodule, split: str, device: torch.device, limit: int | None) -> float:
     """Top-1 accuracy of `model` on a split of `datamodule` at its current `img_size`."""
     loader = datamodule.test_dataloader() if split == "test" else datamodule.val_dataloader()
-    metric = MulticlassAccuracy(datamodule.num_classes, top_k=1).to(device)
+    metric = MulticlassAccuracy(datamodule.num_classes, top_k=1, average="micro").to(device)
     seen = 0
     bf16 = bf16_supported(device.type)
     with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -107,13 +78,15 @@ def evaluate(ckpt, img_sizes, resize_mode=None, split="test", limit=None, batch_
             model = load_model(path, img_size=size, resize_mode=resize_mode).to(device)
             datamodule.img_size = size
             acc = accuracy(model, datamodule, split, device, limit)
-            row = dict(run=run_name(path), pos=trained["pos"], trained_at=size_tag(trained["img_size"]),
+            row = dict(run=run_label(path), pos=trained["pos"], trained_at=size_tag(trained["img_size"]),
                        img_size=size_tag(size), resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),
                        split=split, acc=round(acc, 4), checkpoint=str(path))
             rows.append(row)
             print(f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}  {split} acc {acc:.4f}", flush=True)
             if writer is not None:
-                writer.add_scalar(f"resolution/{split}_acc", acc, global_step=size[0])
+                # a forced mode gets its own tag, so both modes of one checkpoint stay readable
+                tag = f"resolution/{split}_acc" + (f"_{resize_mode}" if resize_mode else "")
+                writer.add_scalar(tag, acc, global_step=size[0])
         if writer is not None:
             writer.close()
     write_outputs(rows, sizes, Path(out))
@@ -123,18 +96,14 @@ def evaluate(ckpt, img_sizes, resize_mode=None, split="test", limit=None, batch_
 def _tensorboard_writer(path: Path):
     from torch.utils.tensorboard import SummaryWriter
 
-    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
-    return SummaryWriter(log_dir=str(run_dir), filename_suffix=".resolution") if run_dir else None
+    run = run_dir(path)
+    return SummaryWriter(log_dir=str(run), filename_suffix=".resolution") if run else None
 
 
 def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path) -> None:
     """resolution.csv (one row per checkpoint and size), resolution.md (one row per checkpoint,
     one column per size) and resolution.png (accuracy vs resolution, one line per checkpoint)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "resolution.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))

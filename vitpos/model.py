@@ -85,6 +85,14 @@ class Block(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
+def image_size(value) -> tuple[int, int]:
+    """`value` (an int or an [H, W] pair) as a (H, W) tuple of positive ints, or a ConfigError."""
+    sizes = list(value) if isinstance(value, (list, tuple)) else [value, value]
+    if len(sizes) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+        raise ConfigError(f"img_size={value!r} must be a positive integer or an [H, W] pair of them, e.g. img_size=32")
+    return sizes[0], sizes[1]
+
+
 class VisionTransformer(nn.Module):
     """ViT: patch embed -> `add` -> blocks (attention applies `bias`, `rotate`; then `after_block`)
     -> final norm -> pool -> head. The patch grid is taken from each input, so any image size
@@ -114,7 +122,7 @@ class VisionTransformer(nn.Module):
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, drop_path_rate: float = 0.0, pool: str = "gap",
                  attn_impl: str = "auto", pos_kwargs: dict | None = None):
         super().__init__()
-        img_size = tuple(int(s) for s in to_2tuple(img_size))
+        img_size = image_size(img_size)
         if dim % num_heads:
             raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
         if pool not in POOLS:
@@ -166,7 +174,7 @@ class VisionTransformer(nn.Module):
     def resize(self, img_size: int | tuple[int, int], resize_mode: str | None = None) -> "VisionTransformer":
         """Convert the model in place to a new input size with the scheme's resize rule, so that
         `img_size` becomes its native size (fine-tuning there, saving, `create_model(**config)`)."""
-        img_size = tuple(int(s) for s in to_2tuple(img_size))
+        img_size = image_size(img_size)
         grid = self.grid_for(img_size)
         pos_kwargs = self.pos.resize_to(grid, resize_mode)
         self.grid = grid

@@ -12,7 +12,7 @@ from torch import Tensor
 from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from .errors import NonFiniteLossError
+from .errors import ConfigError, NonFiniteLossError
 from .model import create_model
 
 
@@ -45,6 +45,11 @@ class ImageClassifier(L.LightningModule):
                  betas: tuple[float, float] = (0.9, 0.999), warmup_steps: int = 500, min_lr_ratio: float = 0.01,
                  label_smoothing: float = 0.1, data: dict | None = None, compile: bool = False):
         super().__init__()
+        for name, value, low in (("lr", lr, 0.0), ("weight_decay", weight_decay, None), ("warmup_steps", warmup_steps, None),
+                                 ("label_smoothing", label_smoothing, None)):
+            if not isinstance(value, (int, float)) or value < 0 or (low is not None and value <= low):
+                raise ConfigError(f"optim.{name}={value!r} must be a "
+                                  f"{'positive' if low is not None else 'non-negative'} number")
         self.save_hyperparameters()
         self.model = create_model(**model)
         if compile:
@@ -52,10 +57,12 @@ class ImageClassifier(L.LightningModule):
         num_classes = self.model.config["num_classes"]
         top_k = min(5, num_classes)
 
+        # Top-1 as papers report it: correct / seen (micro). torchmetrics' default is the macro
+        # mean of per-class recalls, which differs on unbalanced splits (validation, `limit=`).
         def metrics(prefix: str) -> MetricCollection:
             return MetricCollection({
-                "acc": MulticlassAccuracy(num_classes, top_k=1),
-                f"acc_top{top_k}": MulticlassAccuracy(num_classes, top_k=top_k),
+                "acc": MulticlassAccuracy(num_classes, top_k=1, average="micro"),
+                f"acc_top{top_k}": MulticlassAccuracy(num_classes, top_k=top_k, average="micro"),
             }, prefix=prefix)
 
         self.train_metrics = metrics("train/")

@@ -1,51 +1,35 @@
 """`train(cfg)`: the whole training run from a composed Hydra config; `train.py` wraps it."""
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
 import hydra
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-from .callbacks import AtomicCheckpointIO, LastCheckpoint, RNGStateInCheckpoint
-from .figures import PositionalFigures
+from .callbacks import AtomicCheckpointIO, LastCheckpoint, PositionalFigures, RNGStateInCheckpoint
 from .data import ImageDataModule
-from .errors import ConfigError
+from .errors import ConfigError, VitposError
 from .model import VisionTransformer
 from .module import ImageClassifier
+from .precision import resolve_precision
 from .resize import model_from_checkpoint, read_checkpoint
+from .runs import RESULTS_FILE, run_dir, size_tag
 
-HPARAM_METRICS = ("val/acc", "val/acc_best", "test/acc")
+HPARAM_METRICS = ("val/acc_best", "test/acc", "val/acc", "resolution/test_acc")
 
 
 def batch_size(batch) -> int:
     """Images in a (images, labels) batch (a named function: ddp_spawn pickles the callbacks)."""
     return len(batch[1])
-
-
-def bf16_supported(accelerator: str = "auto") -> bool:
-    """Whether bf16 mixed precision runs natively where this run will train."""
-    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    if accelerator in ("auto", "cpu"):
-        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return False
-
-
-def resolve_precision(precision, accelerator: str = "auto"):
-    """`auto` -> `bf16-mixed` where bf16 is native, else `32-true`; anything else is Lightning's."""
-    if str(precision) != "auto":
-        return precision
-    return "bf16-mixed" if bf16_supported(accelerator) else "32-true"
-
-
-def size_tag(img_size) -> str:
-    sizes = [img_size] * 2 if isinstance(img_size, int) else list(img_size)
-    return f"{sizes[0]}px" if sizes[0] == sizes[1] else f"{sizes[0]}x{sizes[1]}px"
 
 
 def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
@@ -60,20 +44,30 @@ def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
     )
 
 
-def log_hparams(logger: TensorBoardLogger, cfg: DictConfig, module: ImageClassifier) -> None:
-    """Write the HParams-tab summary: flat config + parameter count, compared on `val/acc` etc."""
-    flat = {}
-    for key, value in OmegaConf.to_container(cfg, resolve=True).items():
-        if isinstance(value, dict):
-            flat.update({f"{key}.{k}": v for k, v in value.items() if not str(k).startswith("_")})
-        else:
-            flat[key] = value
-    flat = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat.items()}
-    flat["params"] = sum(p.numel() for p in module.model.parameters())
-    logger.log_hyperparams(flat)
-    writer = logger.experiment._get_file_writer()
-    for summary in hparams_summary(flat, {name: 0.0 for name in HPARAM_METRICS}):
-        writer.add_summary(summary)
+def hparams_row(cfg: DictConfig, module: ImageClassifier, data: str, trained_size=None) -> dict:
+    """The HParams-tab columns, scheme first: what tells runs of a comparison apart. The full
+    config stays in the run's config.yaml."""
+    model = module.model.config
+    return {
+        "pos": cfg.pos.name,
+        "data": data,
+        "img_size": size_tag(to_container(cfg.img_size)),
+        "finetuned_from": size_tag(trained_size) if trained_size else "-",
+        "seed": cfg.seed,
+        "experiment": cfg.get("experiment") or "-",
+        "model": f"d{model['dim']}xL{model['depth']}xH{model['num_heads']}/p{model['patch_size']}",
+        "params": sum(p.numel() for p in module.model.parameters()),
+        "lr": cfg.optim.lr,
+        "batch_size": cfg.data.batch_size,
+        "epochs": cfg.trainer.max_epochs,
+    }
+
+
+def log_hparams(logger: TensorBoardLogger, row: dict) -> None:
+    """Write the HParams-tab summary (hparams.yaml too), compared on accuracy at every resolution."""
+    logger.log_hyperparams(row)  # hparams.yaml; with no metrics Lightning writes no HParams summary
+    for summary in hparams_summary(row, {name: 0.0 for name in HPARAM_METRICS}):
+        logger.experiment.file_writer.add_summary(summary)
 
 
 def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[VisionTransformer, list[int]]:
@@ -92,14 +86,14 @@ def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[Visio
     return model, checkpoint["hyper_parameters"]["model"]["img_size"]
 
 
-def resume_checkpoint(cfg: DictConfig, run_name: str, module: ImageClassifier) -> Path:
+def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: ImageClassifier) -> Path:
     """The checkpoint `resume=` names (`true`: the newest version of this run with a last.ckpt),
     refused when it was made for another model than the config builds."""
     if cfg.resume is True:
-        candidates = sorted(Path(cfg.paths.log_dir, run_name).glob("version_*/checkpoints/last.ckpt"),
+        candidates = sorted(Path(log_root, run_name).glob("version_*/checkpoints/last.ckpt"),
                             key=lambda p: int(p.parent.parent.name.removeprefix("version_")))
         if not candidates:
-            raise ConfigError(f"resume=true but no last.ckpt under {Path(cfg.paths.log_dir, run_name)}/version_*/"
+            raise ConfigError(f"resume=true but no last.ckpt under {Path(log_root, run_name)}/version_*/"
                               f"checkpoints; pass resume=<path to a .ckpt> or drop resume to start a fresh run")
         path = candidates[-1]
     else:
@@ -110,9 +104,38 @@ def resume_checkpoint(cfg: DictConfig, run_name: str, module: ImageClassifier) -
         diff = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in changed.items())
         raise ConfigError(f"cannot resume {path}: the config builds another model ({diff}); resume with the "
                           f"run's original settings, or start a fresh run without resume")
-    if path.parent.name != "checkpoints" or not path.parent.parent.name.startswith("version_"):
+    if run_dir(path) is None or not run_dir(path).name.startswith("version_"):
         raise ConfigError(f"cannot resume {path}: expected a checkpoint under <run>/version_N/checkpoints/")
     return path
+
+
+def check_writable(folder: Path) -> None:
+    """Fail before training when the log folder cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ConfigError(f"cannot write to paths.log_dir ({folder}: {error.strerror}); pass a writable folder, "
+                          f"e.g. paths.log_dir=logs") from None
+
+
+def remove_run_folder(version_dir: Path) -> None:
+    """Delete `<run>/version_N`, and `<run>` if that leaves it empty."""
+    shutil.rmtree(version_dir, ignore_errors=True)
+    if version_dir.parent.is_dir() and not any(version_dir.parent.iterdir()):
+        version_dir.parent.rmdir()
+
+
+def instantiate(config, **kwargs):
+    """`hydra.utils.instantiate`, re-raising a user error from the target as itself (Hydra wraps
+    it in an InstantiationException with a traceback)."""
+    try:
+        return hydra.utils.instantiate(config, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, VitposError):
+            raise error.__cause__ from None
+        raise
 
 
 def to_container(value):
@@ -125,23 +148,27 @@ def train(cfg: DictConfig) -> dict[str, float]:
     With `cfg.finetune_from`, the checkpoint's model (architecture and weights) is converted to
     `cfg.img_size` with the scheme's resize rule (`cfg.resize_mode`) and trained from there.
     """
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule: ImageDataModule = hydra.utils.instantiate(cfg.data)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    trained_size = None
+    datamodule: ImageDataModule = instantiate(cfg.data)
     data_cfg = to_container(cfg.data)
-    run_name = cfg.run_name or f"{cfg.pos.name}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
+    run_name = f"{cfg.pos.name}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
     if cfg.finetune_from:
         source, trained_size = finetune_source(cfg, datamodule)
         module = ImageClassifier(model=source.config, data=data_cfg, compile=cfg.model.get("compile", False),
                                  **cfg.optim)
         module.model.load_state_dict(source.state_dict())
-        run_name = cfg.run_name or f"{run_name}_from_{size_tag(trained_size)}"
+        run_name = f"{run_name}_from_{size_tag(trained_size)}"
     else:
         module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg,
                                  compile=cfg.model.get("compile", False), **cfg.optim)
 
-    resume_from = resume_checkpoint(cfg, run_name, module) if cfg.resume else None
+    # Runs of one study share <log_dir>/<experiment>/; names start with the scheme and stay distinct by seed.
+    run_name = cfg.run_name or f"{run_name}_seed{cfg.seed}"
+    log_root = Path(cfg.paths.log_dir, cfg.experiment) if cfg.get("experiment") else Path(cfg.paths.log_dir)
+    resume_from = resume_checkpoint(cfg, log_root, run_name, module) if cfg.resume else None
     version = int(resume_from.parent.parent.name.removeprefix("version_")) if resume_from else None
-    logger = TensorBoardLogger(save_dir=cfg.paths.log_dir, name=run_name, version=version, default_hp_metric=False)
+    logger = TensorBoardLogger(save_dir=log_root, name=run_name, version=version, default_hp_metric=False)
     checkpoint_dir = Path(logger.log_dir) / "checkpoints"
     best = ModelCheckpoint(dirpath=checkpoint_dir, filename="best-epoch{epoch}-step{step}", monitor="val/acc",
                            mode="max", auto_insert_metric_name=False)
@@ -159,11 +186,20 @@ def train(cfg: DictConfig) -> dict[str, float]:
                                                  plugins=[AtomicCheckpointIO()])
     if trainer.local_rank == 0:
         datamodule.prepare_data()  # fail on missing data before a run folder is created
+    datamodule.setup("fit")  # ... and on a split that cannot fill one batch
     if trainer.is_global_zero:
-        log_hparams(logger, cfg, module)
+        check_writable(log_root)
+        log_hparams(logger, hparams_row(cfg, module, datamodule.name, trained_size))
         OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
 
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
+    started = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
+    except BaseException:
+        if trainer.is_global_zero and resume_from is None and trainer.global_step == 0:
+            remove_run_folder(Path(logger.log_dir))  # a run that never trained leaves nothing behind
+        raise
+    fit_seconds = round(time.perf_counter() - started, 1)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if cfg.test_after_fit:
         results = trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None,
@@ -171,4 +207,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         metrics.update({k: float(v) for k, v in results[0].items()})
     metrics["checkpoint"] = best.best_model_path or str(checkpoint_dir / "last.ckpt")
     metrics["log_dir"] = logger.log_dir
+    metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
+    if trainer.is_global_zero:  # the mark of a finished run: compare and the study scripts read it
+        (Path(logger.log_dir) / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
     return metrics
