@@ -127,13 +127,20 @@ def write_idx_gz(path, array: np.ndarray) -> None:
         f.write(header + array.astype(np.uint8).tobytes())
 
 
-def test_fashion_mnist_reads_debian_idx_files(tmp_path):
-    rng = np.random.default_rng(0)
+def write_tiny_fashion_mnist(folder, train: int, test: int, seed: int = 0) -> dict:
+    """Random images and labels as Debian's dataset-fashion-mnist files; returns the arrays."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
     arrays = {}
-    for prefix, count in (("train", 12), ("t10k", 5)):
+    for prefix, count in (("train", train), ("t10k", test)):
         arrays[prefix] = rng.integers(0, 256, (count, 28, 28)), rng.integers(0, 10, count)
-        write_idx_gz(tmp_path / f"{prefix}-images-idx3-ubyte.gz", arrays[prefix][0])
-        write_idx_gz(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", arrays[prefix][1])
+        write_idx_gz(folder / f"{prefix}-images-idx3-ubyte.gz", arrays[prefix][0])
+        write_idx_gz(folder / f"{prefix}-labels-idx1-ubyte.gz", arrays[prefix][1])
+    return arrays
+
+
+def test_fashion_mnist_reads_debian_idx_files(tmp_path):
+    arrays = write_tiny_fashion_mnist(tmp_path, train=12, test=5)
     datamodule = FashionMNISTDataModule(system_dir=str(tmp_path), data_dir=str(tmp_path / "unused"),
                                         val_size=2, download=False)
     datamodule.setup()

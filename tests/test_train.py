@@ -1,6 +1,7 @@
 """End-to-end: train(cfg) composed through Hydra, TensorBoard output, checkpoints, errors."""
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,56 @@ def test_accuracy_is_top1_micro_on_an_unbalanced_batch():
     metric = module.val_metrics["acc"]
     metric.update(logits, labels)
     assert metric.compute().item() == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("experiment", sorted(p.stem for p in (ROOT / "configs" / "experiment").glob("*.yaml")))
+def test_experiment_configs_compose_and_train(experiment, make_config, tmp_path):
+    """Every experiment composes and trains a few steps of its own recipe (model, augmentation,
+    Mixup/CutMix, schedule); CIFAR-10 on a uint8 stand-in laid out as cifar-10-batches-py."""
+    from test_data import write_tiny_cifar10, write_tiny_fashion_mnist
+
+    write_tiny_cifar10(tmp_path / "data", per_batch=16)
+    write_tiny_fashion_mnist(tmp_path / "fmnist", train=64, test=16)
+    standin = "data.system_dir=" + str(tmp_path / "fmnist")
+    common = ["trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "data.batch_size=16", "data.val_size=16",
+              "data.num_workers=0", "figures_at_end=false"]
+    cfg = make_config([f"experiment={experiment}", "pos=rope_mixed", "seed=3", "trainer.max_steps=3", *common,
+                       *([standin] if "fmnist" in experiment else [])])
+    assert cfg.experiment == experiment
+    if experiment == "fmnist_finetune":
+        source = train(make_config(["experiment=fmnist_cpu", "pos=rope_mixed", "trainer.max_steps=1",
+                                    "test_after_fit=false", standin, *common]))
+        cfg.finetune_from = source["checkpoint"]
+    metrics = train(cfg)
+    run = Path(metrics["log_dir"])
+    assert run.parent.parent == tmp_path / "logs" / experiment and run.parent.name.endswith("_seed3")
+    assert math.isfinite(metrics["test/loss"]) and (run / "results.json").is_file()
+
+
+def test_warmup_cosine_schedule():
+    from vitpos.module import warmup_cosine
+
+    lrs = [warmup_cosine(step, warmup_steps=10, total_steps=110, min_lr_ratio=0.01) for step in range(111)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)  # linear warmup, peak at its end
+    assert lrs[10] == pytest.approx(1.0) and lrs[60] == pytest.approx(0.505)  # cosine: halfway = mid-point
+    assert lrs[110] == pytest.approx(0.01)  # ends at min_lr_ratio
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))  # never rises after the warmup
+
+
+@pytest.mark.parametrize("limits", [["trainer.max_epochs=2"], ["trainer.max_epochs=3", "trainer.limit_train_batches=4"],
+                                    ["trainer.max_epochs=2", "trainer.accumulate_grad_batches=3"],
+                                    ["trainer.max_epochs=5", "trainer.max_steps=7"]])
+def test_schedule_length_is_the_number_of_optimizer_steps(limits, make_config, tiny_overrides):
+    """The schedule's length (counted from the datamodule) is the steps the run really takes."""
+    cfg = make_config([*tiny_overrides, "trainer.max_steps=-1", *limits, "trainer.limit_val_batches=0",
+                       "test_after_fit=false"])
+    captured = {}
+
+    class Capture(vitpos.module.ImageClassifier):
+        def on_train_end(self):
+            captured.update(total=self.total_steps(), taken=self.trainer.global_step)
+
+    from unittest import mock
+    with mock.patch("vitpos.train.ImageClassifier", Capture):
+        train(cfg)
+    assert captured["total"] == captured["taken"] > 0

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .errors import ConfigError, DataNotFoundError
 
-AUGMENTS = ("none", "standard", "randaugment")
+AUGMENTS = ("none", "standard", "randaugment", "trivialaugment")
 
 
 class UInt8ImageDataset(Dataset):
@@ -142,7 +142,8 @@ class ImageDataModule(L.LightningDataModule):
         img_size: model input size, int or (H, W); images are resized (bicubic) from native size.
         batch_size: per-device batch size.
         num_workers: DataLoader workers (only useful with `augment=randaugment`).
-        augment: `standard` (random crop + flip), `randaugment` (standard + RandAugment), `none`.
+        augment: `standard` (random crop + flip), `randaugment` / `trivialaugment` (standard +
+            RandAugment / TrivialAugmentWide, per sample), `none`.
         crop_padding: padding in pixels (at `img_size`) of the random crop.
         hflip: random horizontal flip in the standard augmentation.
         val_size: number of training images held out for validation.
@@ -206,11 +207,10 @@ class ImageDataModule(L.LightningDataModule):
         self.test_set = UInt8ImageDataset(*self.load(train=False))
 
     def _sample_transform(self):
-        if self.augment != "randaugment":
-            return None
+        """The per-sample policy on uint8 images (DataLoader workers), before the batched crop/flip."""
         from torchvision.transforms import v2
 
-        return v2.RandAugment()
+        return {"randaugment": v2.RandAugment, "trivialaugment": v2.TrivialAugmentWide}.get(self.augment, lambda: None)()
 
     def _shard(self) -> tuple[int, int]:
         trainer = self.trainer
@@ -224,6 +224,11 @@ class ImageDataModule(L.LightningDataModule):
         return loader_class(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=train,
                             num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
                             generator=torch.Generator().manual_seed(self.shuffle_seed + rank))
+
+    def train_batches_per_epoch(self, world_size: int = 1) -> int:
+        """Training batches one rank takes per epoch (equal shards, last partial batch dropped)."""
+        self.setup()
+        return (len(self.train_set) // world_size) // self.batch_size
 
     def train_dataloader(self) -> DataLoader:
         self.train_loader = self._loader(self.train_set, train=True)

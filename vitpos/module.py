@@ -1,13 +1,16 @@
-"""LightningModule: cross-entropy with label smoothing, torchmetrics accuracy per split, AdamW
+"""LightningModule: cross-entropy with label smoothing (optionally timm's Mixup/CutMix), top-1
+torchmetrics accuracy per split, AdamW
 (no decay on norms, biases, positional tables) with linear warmup then cosine decay."""
 from __future__ import annotations
 
 import math
 
 import lightning as L
-from lightning.fabric.utilities.throughput import measure_flops
 import torch
 import torch.nn.functional as F
+from lightning.fabric.utilities.throughput import measure_flops
+from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
 from torch import Tensor
 from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
@@ -24,6 +27,9 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: 
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+soft_target_cross_entropy = SoftTargetCrossEntropy()
+
+
 class ImageClassifier(L.LightningModule):
     """Trains a `vitpos` ViT on an image-classification DataModule.
 
@@ -36,6 +42,8 @@ class ImageClassifier(L.LightningModule):
         warmup_steps: linear warmup steps (capped at a tenth of the run).
         min_lr_ratio: final LR / peak LR of the cosine schedule.
         label_smoothing: cross-entropy label smoothing.
+        mixup_alpha, cutmix_alpha: Beta(alpha, alpha) of timm's `Mixup` (Zhang et al. 2018; Yun et al.
+            2019; one of the two per batch when both are on); 0 and 0 train on the plain batch.
         data: the data config (`_target_` and arguments), kept in the checkpoint so evaluation
             can rebuild the dataset.
         compile: compile the model with `torch.compile` (in place, so checkpoints keep their keys).
@@ -43,10 +51,12 @@ class ImageClassifier(L.LightningModule):
 
     def __init__(self, model: dict, lr: float = 1e-3, weight_decay: float = 0.05,
                  betas: tuple[float, float] = (0.9, 0.999), warmup_steps: int = 500, min_lr_ratio: float = 0.01,
-                 label_smoothing: float = 0.1, data: dict | None = None, compile: bool = False):
+                 label_smoothing: float = 0.1, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
+                 data: dict | None = None, compile: bool = False):
         super().__init__()
         for name, value, low in (("lr", lr, 0.0), ("weight_decay", weight_decay, None), ("warmup_steps", warmup_steps, None),
-                                 ("label_smoothing", label_smoothing, None)):
+                                 ("label_smoothing", label_smoothing, None), ("mixup_alpha", mixup_alpha, None),
+                                 ("cutmix_alpha", cutmix_alpha, None)):
             if not isinstance(value, (int, float)) or value < 0 or (low is not None and value <= low):
                 raise ConfigError(f"optim.{name}={value!r} must be a "
                                   f"{'positive' if low is not None else 'non-negative'} number")
@@ -55,6 +65,9 @@ class ImageClassifier(L.LightningModule):
         if compile:
             self.model.compile()
         num_classes = self.model.config["num_classes"]
+        # soft targets (mixed and smoothed) for training; evaluation keeps the hard-label loss
+        self.mixup = Mixup(mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha, label_smoothing=label_smoothing,
+                           num_classes=num_classes) if mixup_alpha > 0 or cutmix_alpha > 0 else None
         top_k = min(5, num_classes)
 
         # Top-1 as papers report it: correct / seen (micro). torchmetrics' default is the macro
@@ -86,8 +99,13 @@ class ImageClassifier(L.LightningModule):
 
     def _step(self, batch, metrics: MetricCollection, stage: str) -> Tensor:
         images, labels = batch
-        logits = self.model(images)
-        loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.hparams.label_smoothing)
+        if stage == "train" and self.mixup is not None:
+            images, targets = self.mixup(images, labels)  # accuracy is still counted on the true labels
+            logits = self.model(images)
+            loss = soft_target_cross_entropy(logits.float(), targets)
+        else:
+            logits = self.model(images)
+            loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.hparams.label_smoothing)
         metrics.update(logits.detach(), labels)
         on_step = stage == "train"
         self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=not on_step)
@@ -133,12 +151,24 @@ class ImageClassifier(L.LightningModule):
         return [{"params": decay, "weight_decay": self.hparams.weight_decay},
                 {"params": no_decay, "weight_decay": 0.0}]
 
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole run, counted from the datamodule (Lightning's
+        `estimated_stepping_batches` would build the train loader before a resumed run restores
+        its position)."""
+        trainer = self.trainer
+        counts = [trainer.max_steps] if trainer.max_steps and trainer.max_steps > 0 else []
+        if trainer.max_epochs is not None and trainer.max_epochs > 0:
+            batches = trainer.datamodule.train_batches_per_epoch(trainer.world_size)
+            limit = trainer.limit_train_batches
+            batches = min(batches, limit) if isinstance(limit, int) else int(batches * (limit if limit is not None else 1.0))
+            counts.append(math.ceil(batches / trainer.accumulate_grad_batches) * trainer.max_epochs)
+        if not counts:
+            raise ConfigError("set trainer.max_epochs or trainer.max_steps: the learning-rate schedule needs a length")
+        return max(1, min(counts))
+
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameter_groups(), lr=self.hparams.lr, betas=tuple(self.hparams.betas))
-        total_steps = int(self.trainer.estimated_stepping_batches)
-        # Counting the steps made Lightning build the train loader and pull a batch, before a resumed
-        # run restores the loader's position: drop it, so fit builds it again after the restore.
-        self.trainer.fit_loop._combined_loader = None
+        total_steps = self.total_steps()
         warmup_steps = max(1, min(self.hparams.warmup_steps, total_steps // 10))
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps, self.hparams.min_lr_ratio))
