@@ -63,11 +63,31 @@ def hparams_row(cfg: DictConfig, module: ImageClassifier, data: str, trained_siz
     }
 
 
+# TensorBoard's Custom Scalars tab: one chart per question, every run as a line (regexes over tags)
+SCALARS_LAYOUT = {
+    "1 accuracy": {
+        "validation accuracy (every run)": ["Multiline", [r"^val/acc$"]],
+        "best validation accuracy": ["Multiline", [r"^val/acc_best$"]],
+        "test accuracy": ["Multiline", [r"^test/acc$"]],
+        "accuracy vs resolution (x = image height, from vitpos.evaluate)": ["Multiline", [r"^resolution/"]],
+    },
+    "2 training": {
+        "training loss": ["Multiline", [r"^train/loss_step$"]],
+        "learning rate": ["Multiline", [r"^lr$"]],
+    },
+    "3 throughput": {
+        "samples/s": ["Multiline", [r"/samples_per_sec$"]],
+        "flops and time": ["Multiline", [r"^train/device/(flops|mfu)", r"^train/time"]],
+    },
+}
+
+
 def log_hparams(logger: TensorBoardLogger, row: dict) -> None:
     """Write the HParams-tab summary (hparams.yaml too), compared on accuracy at every resolution."""
     logger.log_hyperparams(row)  # hparams.yaml; with no metrics Lightning writes no HParams summary
     for summary in hparams_summary(row, {name: 0.0 for name in HPARAM_METRICS}):
         logger.experiment.file_writer.add_summary(summary)
+    logger.experiment.add_custom_scalars(SCALARS_LAYOUT)
 
 
 def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[VisionTransformer, list[int]]:
@@ -191,6 +211,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         check_writable(log_root)
         log_hparams(logger, hparams_row(cfg, module, datamodule.name, trained_size))
         OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
+        grid = "x".join(map(str, module.model.grid))
+        print(f"vitpos: run {logger.log_dir} | pos={cfg.pos.name} | {grid} grid ({size_tag(module.model.config['img_size'])}, "
+              f"patch {module.model.patch_size}) | data={datamodule.name} ({len(datamodule.train_set)} train, "
+              f"{len(datamodule.val_set)} val) | precision {trainer_cfg['precision']}", flush=True)
 
     started = time.perf_counter()
     try:
@@ -210,4 +234,27 @@ def train(cfg: DictConfig) -> dict[str, float]:
     metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
     if trainer.is_global_zero:  # the mark of a finished run: compare and the study scripts read it
         (Path(logger.log_dir) / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
+        print(summary(cfg, metrics, trainer.global_step * datamodule.batch_size * trainer.world_size), flush=True)
     return metrics
+
+
+def summary(cfg: DictConfig, metrics: dict, images_seen: int) -> str:
+    """The closing block: results, where they are, and the next commands with this run filled in."""
+    run, minutes = Path(metrics["log_dir"]), metrics["fit_seconds"] / 60
+    accuracy = lambda key: f"{100 * metrics[key]:.2f}%" if key in metrics else "-"  # noqa: E731
+    size = to_container(cfg.img_size)
+    bigger = [2 * size, 2 * size] if isinstance(size, int) else [2 * s for s in size]
+    root = run.parent.parent
+    lines = [
+        f"vitpos: finished {run}",
+        f"  best val acc {accuracy('val/acc_best')} | test acc {accuracy('test/acc')} (top-1) | "
+        f"fit {minutes:.1f} min, {images_seen / max(metrics['fit_seconds'], 1e-9):.0f} img/s",
+        f"  checkpoint   {metrics['checkpoint']}",
+        *([f"  figures      {run / 'figures'}"] if (run / "figures").is_dir() else []),
+        "  next:",
+        f"    python -m vitpos.evaluate ckpt={run} img_sizes=[{size_tag(size)[:-2].replace('x', ',')},{bigger[0]}]",
+        f"    python train.py pos={cfg.pos.name} img_size={bigger[0]} finetune_from={metrics['checkpoint']}",
+        f"    python -m vitpos.compare {root}",
+        f"    tensorboard --logdir {root}",
+    ]
+    return "\n".join(lines)
