@@ -7,6 +7,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from vitpos.config import with_finetune_data
 from vitpos.errors import VitposError
 from vitpos.errors import report as report_error
 from vitpos.train import train
@@ -15,7 +16,7 @@ from vitpos.train import train
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     try:
-        metrics = train(cfg)
+        metrics = train(with_finetune_data(cfg))
     except VitposError as error:
         sys.exit(report_error(error))
     return metrics.get("val/acc_best")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
@@ -119,3 +121,32 @@ class PositionalFigures(L.Callback):
             for figure in figures.values():
                 pyplot().close(figure)
         model.train(was_training)
+
+
+class ProgressBar(TQDMProgressBar):
+    """Lightning's progress bar with training images/s (on CPU a few it/s say little) and a short
+    postfix (train/loss, val/acc_best); no version number."""
+
+    def __init__(self, smoothing: float = 0.9):
+        super().__init__()
+        self.smoothing, self.images_per_s, self._last = smoothing, None, None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        now = time.perf_counter()
+        if self._last is not None:
+            rate = len(batch[1]) * trainer.world_size / (now - self._last)
+            self.images_per_s = rate if self.images_per_s is None else \
+                self.smoothing * self.images_per_s + (1 - self.smoothing) * rate
+        self._last = now
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last = None  # validation time is not training time
+        super().on_train_epoch_end(trainer, pl_module)
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        metrics.pop("v_num", None)
+        if self.images_per_s is not None:
+            metrics["img/s"] = f"{self.images_per_s:.0f}"
+        return metrics

@@ -20,3 +20,25 @@ def compose_train_config(overrides: list[str] = ()):
 def data_config(name: str) -> dict:
     """configs/data/<name>.yaml composed as train.py would (interpolations resolved)."""
     return OmegaConf.to_container(compose_train_config([f"data={name}"]).data, resolve=True)
+
+
+def with_finetune_data(cfg):
+    """For `finetune_from=` with no `data=` (or `experiment=`) on the command line, the run's config
+    recomposed with the checkpoint's dataset: a Fashion-MNIST checkpoint fine-tunes on Fashion-MNIST."""
+    from hydra import compose
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import get_class
+
+    from .resize import read_checkpoint
+
+    if not cfg.get("finetune_from") or not HydraConfig.initialized():
+        return cfg
+    overrides = list(HydraConfig.get().overrides.task)
+    if any(o.split("=", 1)[0].lstrip("+~") in ("data", "experiment") for o in overrides):
+        return cfg
+    data = read_checkpoint(cfg.finetune_from)["hyper_parameters"].get("data") or {}
+    name = get_class(data["_target_"]).name if "_target_" in data else None
+    if name is None or name == get_class(cfg.data._target_).name:
+        return cfg
+    print(f"vitpos: fine-tuning on data={name}, the dataset of {cfg.finetune_from} (data=<name> picks another)")
+    return compose(config_name="train", overrides=[*overrides, f"data={name}"])

@@ -318,11 +318,15 @@ DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 def read_idx(path: Path) -> Tensor:
     """Read an IDX file (MNIST format), gzipped or not, as a uint8 tensor."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(shape)
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+        ndim = data[3]
+        shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+        return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(shape)
+    except (OSError, EOFError, IndexError, RuntimeError) as error:  # truncated gzip / header / payload
+        raise DataNotFoundError(f"cannot read {path}: truncated or corrupt ({type(error).__name__}); reinstall it "
+                                f"(apt-get install --reinstall dataset-fashion-mnist) or delete it") from None
 
 
 class FashionMNISTDataModule(ImageDataModule):

@@ -22,7 +22,6 @@ from pathlib import Path
 import hydra
 import torch
 from omegaconf import OmegaConf
-from timm.layers import to_2tuple
 from torchmetrics.classification import MulticlassAccuracy
 
 from .config import data_config
@@ -30,6 +29,7 @@ from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .plots import pyplot
 from .precision import bf16_supported
+from .model import image_size
 from .resize import load_model, read_checkpoint
 from .runs import find_checkpoints, run_dir, run_label, size_tag
 
@@ -62,7 +62,9 @@ def evaluate(ckpt, img_sizes, resize_mode=None, split="test", limit=None, batch_
         raise ConfigError(f"split={split!r} must be test or val")
     device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                           "cpu" if device == "auto" else device)
-    sizes = [tuple(int(s) for s in to_2tuple(size)) for size in img_sizes]
+    if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
+        raise ConfigError(f"img_sizes={img_sizes!r} must be a list of sizes, e.g. img_sizes=[32,48,64]")
+    sizes = [image_size(size) for size in img_sizes]
     rows = []
     for path in find_checkpoints(ckpt):
         checkpoint = read_checkpoint(path)
@@ -89,7 +91,7 @@ def evaluate(ckpt, img_sizes, resize_mode=None, split="test", limit=None, batch_
                 writer.add_scalar(tag, acc, global_step=size[0])
         if writer is not None:
             writer.close()
-    write_outputs(rows, sizes, Path(out))
+    write_outputs(rows, sizes, Path(out), limit)
     return rows
 
 
@@ -100,7 +102,7 @@ def _tensorboard_writer(path: Path):
     return SummaryWriter(log_dir=str(run), filename_suffix=".resolution") if run else None
 
 
-def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path) -> None:
+def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, limit: int | None = None) -> None:
     """resolution.csv (one row per checkpoint and size), resolution.md (one row per checkpoint,
     one column per size) and resolution.png (accuracy vs resolution, one line per checkpoint)."""
     plt = pyplot()
@@ -119,19 +121,21 @@ def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path) -> 
         lines.append(f"| {run} | {first['pos']} | {first['trained_at']} | {accs} |")
     (out / "resolution.md").write_text("\n".join(lines) + "\n")
 
-    figure, axes = plt.subplots(figsize=(9.5, 4.5))
+    figure, axes = plt.subplots(figsize=(8, 5))
     heights = [size[0] for size in sizes]
-    colors = plt.get_cmap("tab20").colors  # 20 distinct colours: one per run of a full scheme sweep
+    colors = plt.get_cmap("tab10").colors  # qualitative: no two neighbouring runs share a hue
+    styles = ("-", "--", ":", "-.")
     for index, run in enumerate(runs):
         first = next(iter(by_run[run].values()))
-        axes.plot(heights, [100 * by_run[run][t]["acc"] for t in tags], marker="o", color=colors[index % 20],
-                  linestyle="-" if index < 20 else "--", label=f"{first['pos']} ({run})")
+        axes.plot(heights, [100 * by_run[run][t]["acc"] for t in tags], marker="o", color=colors[index % 10],
+                  linestyle=styles[index // 10 % 4], label=f"{first['pos']} ({run})")
     axes.set_xticks(heights, tags)
     axes.set_xlabel("evaluation resolution")
-    axes.set_ylabel(f"{rows[0]['split']} accuracy (%)")
-    axes.set_title("Accuracy vs resolution (no fine-tuning)")
+    axes.set_ylabel(f"top-1 {rows[0]['split']} accuracy (%)")
+    subset = f", first {limit} images" if limit else ""
+    axes.set_title(f"Accuracy vs evaluation resolution ({rows[0]['split']} split{subset})")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes.legend(fontsize=7, loc="best", ncol=1 if len(runs) <= 8 else 2)
     figure.tight_layout()
     figure.savefig(out / "resolution.png", dpi=120)
     plt.close(figure)

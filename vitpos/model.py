@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from timm.layers import DropPath, Mlp, PatchEmbed, to_2tuple, trunc_normal_
+from timm.layers import DropPath, Mlp, PatchEmbed, trunc_normal_
 from timm.models import named_apply
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn

@@ -54,12 +54,11 @@ class ImageClassifier(L.LightningModule):
                  label_smoothing: float = 0.1, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
                  data: dict | None = None, compile: bool = False):
         super().__init__()
-        for name, value, low in (("lr", lr, 0.0), ("weight_decay", weight_decay, None), ("warmup_steps", warmup_steps, None),
-                                 ("label_smoothing", label_smoothing, None), ("mixup_alpha", mixup_alpha, None),
-                                 ("cutmix_alpha", cutmix_alpha, None)):
-            if not isinstance(value, (int, float)) or value < 0 or (low is not None and value <= low):
-                raise ConfigError(f"optim.{name}={value!r} must be a "
-                                  f"{'positive' if low is not None else 'non-negative'} number")
+        for name, value in (("lr", lr), ("weight_decay", weight_decay), ("warmup_steps", warmup_steps),
+                            ("label_smoothing", label_smoothing), ("mixup_alpha", mixup_alpha),
+                            ("cutmix_alpha", cutmix_alpha)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"optim.{name}={value!r} must be a non-negative number")
         self.save_hyperparameters()
         self.model = create_model(**model)
         if compile:
@@ -108,8 +107,9 @@ class ImageClassifier(L.LightningModule):
             loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.hparams.label_smoothing)
         metrics.update(logits.detach(), labels)
         on_step = stage == "train"
-        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=True, sync_dist=not on_step)
-        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage != "test")
+        # the progress bar shows train/loss and val/acc_best only: a short line
+        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=on_step, sync_dist=not on_step)
+        self.log_dict(metrics, on_step=False, on_epoch=True)
         return loss
 
     def training_step(self, batch, batch_idx: int) -> Tensor:

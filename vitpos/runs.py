@@ -37,10 +37,8 @@ def find_checkpoints(spec) -> list[Path]:
         if item.is_dir():
             runs = sorted({p.parent for p in item.rglob("*.ckpt")})
             paths += [min(run.glob("best-*.ckpt"), default=run / "last.ckpt") for run in runs]
-        elif item.is_file():
-            paths.append(item)
         else:
-            raise ConfigError(f"no such checkpoint or folder: {item}")
+            paths.append(item)  # read_checkpoint says clearly when it is missing
     if not paths:
         raise ConfigError(f"no checkpoint found in {spec}; pass ckpt=<file.ckpt> or a folder holding checkpoints")
     return paths

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -13,9 +14,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
+from timm.layers import to_2tuple
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-from .callbacks import AtomicCheckpointIO, LastCheckpoint, PositionalFigures, RNGStateInCheckpoint
+from .callbacks import AtomicCheckpointIO, LastCheckpoint, PositionalFigures, ProgressBar, RNGStateInCheckpoint
 from .data import ImageDataModule
 from .errors import ConfigError, VitposError
 from .model import VisionTransformer
@@ -158,6 +160,11 @@ def instantiate(config, **kwargs):
         raise
 
 
+def trainer_is_rank_zero() -> bool:
+    """Rank 0 before the Trainer exists (the launcher's environment says which rank this is)."""
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0
+
+
 def to_container(value):
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
@@ -178,6 +185,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
         module = ImageClassifier(model=source.config, data=data_cfg, compile=cfg.model.get("compile", False),
                                  **cfg.optim)
         module.model.load_state_dict(source.state_dict())
+        if trainer_is_rank_zero():
+            old_grid = "x".join(str(s // source.patch_size) for s in to_2tuple(trained_size))
+            mode = source.config["pos_kwargs"].get("resize_mode") or "the scheme's resize rule"
+            print(f"vitpos: fine-tuning {cfg.finetune_from} ({cfg.pos.name}): grid {old_grid} -> "
+                  f"{'x'.join(map(str, source.grid))} ({mode})", flush=True)
         run_name = f"{run_name}_from_{size_tag(trained_size)}"
     else:
         module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg,
@@ -195,6 +207,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     callbacks = [best, LastCheckpoint(checkpoint_dir / "last.ckpt", cfg.checkpoint_every_n_steps), RNGStateInCheckpoint(),
                  ThroughputMonitor(batch_size_fn=batch_size, window_size=10),
                  *([PositionalFigures()] if cfg.get("figures_at_end", True) else []),
+                 *([ProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []),
                  *(hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),

@@ -1,0 +1,64 @@
+"""Every bad input a user has been seen to try ends in one `error:` line naming the fix (exit 2),
+with no traceback and no run folder left behind."""
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vitpos import VitposError
+from vitpos.data import read_idx
+from vitpos.evaluate import main as evaluate_main
+from vitpos.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BAD_TRAINING = [  # (override, words the message must contain)
+    ("img_size=0", "img_size=0 must be a positive integer"),
+    ("img_size=-8", "img_size=-8 must be a positive integer"),
+    ("img_size=abc", "img_size='abc' must be a positive integer"),
+    ("img_size=30", "not divisible by the patch size 4"),
+    ("data.batch_size=0", "data.batch_size=0 must be a positive integer"),
+    ("data.batch_size=-1", "data.batch_size=-1 must be a positive integer"),
+    ("optim.lr=-1", "optim.lr=-1 must be a non-negative number"),
+    ("data.augment=foo", "data.augment='foo' is not one of"),
+    ("data.batch_size=4096", "fewer than one batch"),
+    ("paths.log_dir=/proc/vitpos-cannot-write-here", "cannot write to paths.log_dir"),
+]
+
+
+@pytest.mark.parametrize("override, message", BAD_TRAINING, ids=[o for o, _ in BAD_TRAINING])
+def test_bad_training_input_is_a_user_error_and_leaves_no_run(override, message, make_config, tiny_overrides,
+                                                              tmp_path):
+    with pytest.raises(VitposError, match=message.replace("(", r"\(")):
+        train(make_config([*tiny_overrides, override]))
+    logs = tmp_path / "logs"
+    assert not logs.exists() or not list(logs.rglob("version_*")), "a run that never trained left a folder"
+
+
+def test_cli_prints_one_error_line_with_exit_code_2(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "data=synthetic", "model=vit_micro",
+                             "data.augment=foo", f"paths.log_dir={tmp_path / 'logs'}"],
+                            cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == \
+        ["error: data.augment='foo' is not one of none, standard, randaugment, trivialaugment"]
+
+
+@pytest.mark.parametrize("sizes, message", [("img_sizes=[0]", "img_size=0 must be"), ("img_sizes=abc", "img_sizes='abc' must be a list")])
+def test_evaluate_bad_sizes(sizes, message, capsys, tmp_path):
+    assert evaluate_main([f"ckpt={tmp_path}", sizes]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("cut", [3, 20, 100])
+def test_truncated_idx_file_names_the_file(cut, tmp_path):
+    whole = bytes([0, 0, 8, 3]) + b"".join(n.to_bytes(4, "big") for n in (4, 28, 28)) + bytes(4 * 784)
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    path.write_bytes(gzip.compress(whole)[:cut] if cut < 50 else gzip.compress(whole[:cut]))
+    with pytest.raises(VitposError, match=f"cannot read {path}: truncated or corrupt"):
+        read_idx(path)
