@@ -1,6 +1,6 @@
 """The one interface every positional scheme implements.
 
-A position signal enters a ViT at one of four places (see DESIGN.md section 1). Each hook is a
+A position signal enters a ViT at one of four places (see docs/DESIGN.md, section 1). Each hook is a
 no-op here, so a scheme overrides only the hooks it uses; the model asks `uses(hook)` once at
 construction and never branches on the scheme's name.
 

@@ -1,0 +1,76 @@
+"""Library modules below, command-line modules above: no library module imports a CLI module,
+no import circle, and every module imports alone in a fresh interpreter."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "vitpos"
+CLI_MODULES = {"evaluate", "compare", "diagnose", "figures"}  # `python -m vitpos.<name>`
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+
+
+def local_imports(module: str) -> set[str]:
+    """vitpos modules that `module` imports, at any depth of its code (function-local ones too)."""
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                found.add(node.module.split(".")[0])
+            else:
+                found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vitpos."):
+            found.add(node.module.split(".")[1])
+    return found & (set(MODULES) | {"pos"})
+
+
+def test_cli_modules_are_the_ones_with_a_main():
+    with_main = {m for m in MODULES if "def main(" in (PACKAGE / f"{m}.py").read_text()}
+    assert with_main == CLI_MODULES
+
+
+@pytest.mark.parametrize("module", sorted(set(MODULES) - CLI_MODULES))
+def test_library_module_imports_no_cli_module(module):
+    assert not local_imports(module) & CLI_MODULES
+
+
+def test_no_import_circle():
+    graph = {m: local_imports(m) - {"pos"} for m in MODULES}
+
+    def visit(module: str, path: list[str]) -> None:
+        for imported in graph[module]:
+            assert imported not in path, "import circle: " + " -> ".join(path[path.index(imported):] + [imported])
+            visit(imported, path + [imported])
+
+    for module in MODULES:
+        visit(module, [module])
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    """Each module imported first, on its own: no import order can hide a circle."""
+    processes = {m: subprocess.Popen([sys.executable, "-c", f"import vitpos.{m}"], stderr=subprocess.PIPE, text=True)
+                 for m in MODULES}
+    for module, process in processes.items():
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, f"vitpos.{module}: {stderr[-2000:]}"
+
+
+def test_no_private_attribute_of_torch_or_lightning():
+    """Public APIs only: no `torch.<...>._name` / `lightning.<...>._name` access or import."""
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("torch", "lightning"):
+                assert not any(part.startswith("_") for part in node.module.split(".")), (path, node.module)
+                assert not any(a.name.startswith("_") for a in node.names), (path, node.module)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                base = node.value
+                while isinstance(base, ast.Attribute):
+                    base = base.value
+                assert not (isinstance(base, ast.Name) and base.id in ("torch", "L", "lightning", "trainer")), \
+                    f"{path.name}:{node.lineno} uses {node.attr}"
