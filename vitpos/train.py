@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from timm.layers import to_2tuple
+from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from .callbacks import AtomicCheckpointIO, LastCheckpoint, PositionalFigures, ProgressBar, RNGStateInCheckpoint
@@ -47,22 +48,24 @@ def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
 
 
 def hparams_row(cfg: DictConfig, module: ImageClassifier, data: str, trained_size=None) -> dict:
-    """The HParams-tab columns, scheme first: what tells runs of a comparison apart. The full
-    config stays in the run's config.yaml."""
+    """The HParams-tab columns: what tells runs of a comparison apart (the full config stays in
+    the run's config.yaml; parameters and speed are in vitpos.compare)."""
     model = module.model.config
     return {
         "pos": cfg.pos.name,
-        "data": data,
-        "img_size": size_tag(to_container(cfg.img_size)),
-        "finetuned_from": size_tag(trained_size) if trained_size else "-",
         "seed": cfg.seed,
+        "size": size_tag(to_container(cfg.img_size)),
+        "data": data,
         "experiment": cfg.get("experiment") or "-",
-        "model": f"d{model['dim']}xL{model['depth']}xH{model['num_heads']}/p{model['patch_size']}",
-        "params": sum(p.numel() for p in module.model.parameters()),
+        "finetuned_from": size_tag(trained_size) if trained_size else "-",
         "lr": cfg.optim.lr,
-        "batch_size": cfg.data.batch_size,
-        "epochs": cfg.trainer.max_epochs,
+        "model": f"d{model['dim']}xL{model['depth']}xH{model['num_heads']}/p{model['patch_size']}",
     }
+
+
+# TensorBoard orders HParams columns by (not differs, name) and ticks the first five: marking these
+# as differing puts the scheme, seed and size first, then the rest by name.
+HPARAMS_FIRST = ("pos", "seed", "size")
 
 
 # TensorBoard's Custom Scalars tab: one chart per question, every run as a line (regexes over tags)
@@ -87,7 +90,12 @@ SCALARS_LAYOUT = {
 def log_hparams(logger: TensorBoardLogger, row: dict) -> None:
     """Write the HParams-tab summary (hparams.yaml too), compared on accuracy at every resolution."""
     logger.log_hyperparams(row)  # hparams.yaml; with no metrics Lightning writes no HParams summary
-    for summary in hparams_summary(row, {name: 0.0 for name in HPARAM_METRICS}):
+    experiment, *session = hparams_summary(row, {name: 0.0 for name in HPARAM_METRICS})
+    content = HParamsPluginData.FromString(experiment.value[0].metadata.plugin_data.content)
+    for info in content.experiment.hparam_infos:
+        info.differs = info.name in HPARAMS_FIRST
+    experiment.value[0].metadata.plugin_data.content = content.SerializeToString()
+    for summary in (experiment, *session):
         logger.experiment.file_writer.add_summary(summary)
     logger.experiment.add_custom_scalars(SCALARS_LAYOUT)
 
@@ -244,6 +252,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         metrics.update({k: float(v) for k, v in results[0].items()})
     metrics["checkpoint"] = best.best_model_path or str(checkpoint_dir / "last.ckpt")
     metrics["log_dir"] = logger.log_dir
+    metrics["params"] = sum(p.numel() for p in module.model.parameters())
     metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
     if trainer.is_global_zero:  # the mark of a finished run: compare and the study scripts read it
         (Path(logger.log_dir) / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
