@@ -132,3 +132,27 @@ AtomicCheckpointIO().save_checkpoint({{"step": 2, "w": torch.randn(100_000)}}, {
     assert torch.load(path, weights_only=False)["step"] == 1  # the previous checkpoint, intact
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "last.ckpt"]
     assert len(leftovers) == 1 and leftovers[0].startswith(".last.ckpt.tmp")  # the half-written file
+    AtomicCheckpointIO().save_checkpoint({"step": 3}, path)  # the next save cleans it up
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+    assert torch.load(path, weights_only=False)["step"] == 3
+
+
+def test_periodic_last_checkpoint_is_saved_once_per_optimizer_step(make_config, tiny_overrides, monkeypatch):
+    """With gradient accumulation the batch hook also runs between optimizer steps: the periodic
+    save must happen once per step, never on a half-accumulated state."""
+    import lightning as L
+
+    from vitpos.train import train
+
+    saves = []
+
+    def record(trainer, path, *args, **kwargs):
+        if Path(path).name == "last.ckpt":
+            saves.append(trainer.global_step)
+
+    monkeypatch.setattr(L.Trainer, "save_checkpoint", record)
+    train(make_config([*tiny_overrides, "trainer.max_steps=6", "trainer.accumulate_grad_batches=2",
+                       "checkpoint_every_n_steps=2", "test_after_fit=false", "trainer.limit_val_batches=0"]))
+    # periodic saves after steps 2, 4 and 6 (once each, though the hook ran on two micro-batches
+    # at each of those steps), then the end-of-training save
+    assert saves == [2, 4, 6, 6]

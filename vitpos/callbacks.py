@@ -28,6 +28,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        for stale in path.parent.glob(f".{path.name}.tmp*"):  # left by a process killed mid-save
+            stale.unlink(missing_ok=True)
         try:
             super().save_checkpoint(checkpoint, temporary, storage_options)
             with open(temporary, "rb") as f:
@@ -80,10 +82,16 @@ class LastCheckpoint(L.Callback):
 
     def __init__(self, path: str | Path, every_n_steps: int):
         self.path, self.every_n_steps = Path(path), every_n_steps
+        self._saved_step = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
-        if self.every_n_steps > 0 and trainer.global_step % self.every_n_steps == 0:
+        # once per optimizer step: with gradient accumulation this hook also runs on micro-batches
+        # between steps, where a save would record a half-accumulated state
+        step = trainer.global_step
+        if self.every_n_steps > 0 and step % self.every_n_steps == 0 and step != self._saved_step \
+                and (batch_idx + 1) % trainer.accumulate_grad_batches == 0:
             trainer.save_checkpoint(self.path)
+            self._saved_step = step
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         trainer.save_checkpoint(self.path)

@@ -23,6 +23,7 @@ from timm.layers import to_2tuple
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import VisionTransformer, create_model
+from .pos import HOOKS
 from .resize import load_model
 
 SHUFFLE_NOISE = 1e-6  # relative logit change that fp32 round-off alone produces (none: ~1e-7)
@@ -67,7 +68,7 @@ def diagnose(model: VisionTransformer, img_size, batch: int = 8, seed: int = 0) 
             ratio = (table.norm(dim=-1).mean() / tokens.norm(dim=-1).mean()).item()
     return dict(scheme=model.config["pos"], grid=grid, built_grid=model.grid, shuffle_change=change,
                 learned=learned, fixed=fixed, pos_to_token_norm=ratio,
-                hooks=[hook for hook in ("add", "bias", "rotate", "after_block") if model.pos.uses(hook)])
+                hooks=[hook for hook in HOOKS if model.pos.uses(hook)])
 
 
 def report(findings: dict) -> str:
@@ -76,7 +77,7 @@ def report(findings: dict) -> str:
              f"(built for {findings['built_grid'][0]} x {findings['built_grid'][1]})"]
     change = findings["shuffle_change"]
     reaches = change > SHUFFLE_NOISE
-    verdict = "ok" if reaches == (findings["scheme"] != "none") else "PROBLEM"
+    verdict = "ok" if reaches == bool(findings["hooks"]) else "PROBLEM"  # a scheme with no hook must not reach
     strength = " (weak: typical of learned tables at initialisation)" if reaches and change < 1e-3 else ""
     lines.append(f"[{verdict}] position signal {'reaches' if reaches else 'does not reach'} the output: shuffling "
                  f"the patches changes the logits by {100 * change:.3g}%{strength}")
