@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "vitpos"
-CLI_MODULES = {"evaluate", "compare", "diagnose", "figures"}  # `python -m vitpos.<name>`
+CLI_MODULES = {"__main__", "evaluate", "compare", "diagnose", "figures"}  # `python -m vitpos[.<name>]`
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
 
 

@@ -1,6 +1,7 @@
 """Compare finished runs from their TensorBoard event files, with seed statistics.
 
     python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare]
+    (the folder may also be given as logdir=logs/)
 
 Runs that differ only by `seed` form one group; each group is one row with the number of runs
 `n` and the mean +- sample standard deviation of every accuracy: best and final validation, test,
@@ -21,12 +22,15 @@ import yaml
 from hydra.utils import get_class
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from omegaconf import OmegaConf
+
+from .config import parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .plots import pyplot
 from .runs import RESULTS_FILE
 
-DEFAULTS = dict(data=None, img_size=None, out=None)
+DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
 GROUP_BY = ("experiment", "pos", "data", "img_size", "finetuned_from", "model", "lr", "batch_size", "epochs")
 ACCURACIES = ("test_acc", "val_acc_best", "val_acc_final")
 RESOLUTION_TAG = "resolution/test_acc"  # vitpos.evaluate: step = image height, suffix _<mode> if one was forced
@@ -186,15 +190,13 @@ def _accuracy_chart(rows: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from omegaconf import OmegaConf
-
-    positional = [a for a in argv if "=" not in a]
-    options = OmegaConf.merge(OmegaConf.create(DEFAULTS), OmegaConf.from_dotlist([a for a in argv if "=" in a]))
+    if argv and "=" not in argv[0] and not argv[0].startswith("-"):
+        argv = [f"logdir={argv[0]}", *argv[1:]]  # the log folder may come first, unnamed
     try:
-        unknown = set(options) - set(DEFAULTS)
-        if unknown or len(positional) != 1:
-            raise ConfigError("usage: python -m vitpos.compare <log folder> [data=NAME] [img_size=N] [out=DIR]")
-        compare(positional[0], **OmegaConf.to_container(options))
+        options = parse_options(argv, DEFAULTS, __doc__)
+        if not options.logdir:
+            raise ConfigError("pass the log folder: python -m vitpos.compare logs/ (or logdir=logs/)")
+        compare(options.logdir, **{k: v for k, v in OmegaConf.to_container(options).items() if k != "logdir"})
     except VitposError as error:
         return report_error(error)
     return 0

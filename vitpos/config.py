@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+from .errors import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # packaged with vitpos (pip install . keeps it)
 
 
 def compose_train_config(overrides: list[str] = ()):
@@ -42,3 +44,24 @@ def with_finetune_data(cfg):
         return cfg
     print(f"vitpos: fine-tuning on data={name}, the dataset of {cfg.finetune_from} (data=<name> picks another)")
     return compose(config_name="train", overrides=[*overrides, f"data={name}"])
+
+
+def parse_options(argv: list[str], defaults: dict, doc: str, extra_keys=()) -> DictConfig:
+    """The one command-line convention of the vitpos CLIs: `key=value` options in Hydra's override
+    syntax (`img_sizes=[32,48]`, `ckpt=[a,b]`) over `defaults`; `--help` prints `doc` and exits.
+    `extra_keys` are accepted beyond the defaults (model arguments for a fresh model)."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(doc.strip())
+        raise SystemExit(0)
+    loose = [arg for arg in argv if "=" not in arg]
+    if loose:
+        raise ConfigError(f"expected key=value options, got {loose[0]!r}; see --help")
+    try:
+        options = OmegaConf.from_dotlist(argv)
+    except Exception as error:  # noqa: BLE001 - OmegaConf's grammar errors have several types
+        raise ConfigError(f"cannot parse the options ({str(error).splitlines()[0]}); see --help") from None
+    unknown = set(options) - set(defaults) - set(extra_keys)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(sorted(unknown))}; valid: "
+                          f"{', '.join([*defaults, *sorted(extra_keys)])}")
+    return OmegaConf.merge(OmegaConf.create(defaults), options)

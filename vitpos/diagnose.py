@@ -20,9 +20,10 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from timm.layers import to_2tuple
 
+from .config import parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
-from .model import VisionTransformer, create_model
+from .model import MODEL_ARGS, VisionTransformer, create_model
 from .pos import HOOKS
 from .resize import load_model
 
@@ -93,10 +94,9 @@ def report(findings: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    options = OmegaConf.merge(OmegaConf.create(DEFAULTS), OmegaConf.from_dotlist(argv))
     try:
-        known = set(DEFAULTS)
-        model_args = {k: v for k, v in OmegaConf.to_container(options).items() if k not in known}
+        options = parse_options(argv, DEFAULTS, __doc__, extra_keys=MODEL_ARGS)
+        model_args = {k: v for k, v in OmegaConf.to_container(options).items() if k in MODEL_ARGS - set(DEFAULTS)}
         if options.ckpt:
             model = load_model(options.ckpt)
         elif options.pos:
@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
             raise ConfigError("pass pos=<scheme> (or ckpt=<checkpoint>), e.g. python -m vitpos.diagnose pos=2d_sin")
         torch.manual_seed(options.seed)
         print(report(diagnose(model, options.img_size, options.batch, options.seed)))
-    except (VitposError, TypeError) as error:
+    except VitposError as error:
         return report_error(error)
     return 0
 

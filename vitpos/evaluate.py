@@ -24,7 +24,7 @@ import torch
 from omegaconf import OmegaConf
 from torchmetrics.classification import MulticlassAccuracy
 
-from .config import data_config
+from .config import data_config, parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .plots import pyplot
@@ -143,11 +143,8 @@ def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, lim
 
 
 def main(argv: list[str]) -> int:
-    options = OmegaConf.merge(OmegaConf.create(DEFAULTS), OmegaConf.from_dotlist(argv))
-    unknown = set(options) - set(DEFAULTS)
     try:
-        if unknown:
-            raise ConfigError(f"unknown option(s) {', '.join(sorted(unknown))}; valid: {', '.join(DEFAULTS)}")
+        options = parse_options(argv, DEFAULTS, __doc__)
         if not options.ckpt:
             raise ConfigError("pass ckpt=<checkpoint, run folder or log root>, e.g. "
                               "python -m vitpos.evaluate ckpt=logs img_sizes=[32,48,64]")

@@ -34,10 +34,10 @@ import hydra
 import torch
 from omegaconf import OmegaConf
 
-from .config import data_config
+from .config import data_config, parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
-from .model import create_model
+from .model import MODEL_ARGS, create_model
 from .plots import make_figures, sample_images, save_figures
 from .resize import model_from_checkpoint, read_checkpoint
 from .runs import find_checkpoints, run_dir
@@ -63,7 +63,7 @@ def figures_from_options(options) -> tuple[dict, Path]:
     elif options.pos:
         datamodule = hydra.utils.instantiate(dict(data_config(options.data or "synthetic"), img_size=options.img_size,
                                                   **data_dir))
-        model_args = {k: v for k, v in OmegaConf.to_container(options).items() if k not in DEFAULTS}
+        model_args = {k: v for k, v in OmegaConf.to_container(options).items() if k in MODEL_ARGS}
         model_args = {"in_chans": datamodule.in_chans, "num_classes": datamodule.num_classes, **model_args}
         model = create_model(options.pos, img_size=options.img_size, **model_args)
         default_out = Path("logs/figures") / options.pos
@@ -75,8 +75,8 @@ def figures_from_options(options) -> tuple[dict, Path]:
 
 
 def main(argv: list[str]) -> int:
-    options = OmegaConf.merge(OmegaConf.create(DEFAULTS), OmegaConf.from_dotlist(argv))
     try:
+        options = parse_options(argv, DEFAULTS, __doc__, extra_keys=MODEL_ARGS)
         if options.split not in ("val", "test"):
             raise ConfigError(f"split={options.split!r} must be val or test")
         figures, out = figures_from_options(options)

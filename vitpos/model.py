@@ -6,6 +6,7 @@ because no library attention exposes the bias and rotate hooks between q/k and t
 """
 from __future__ import annotations
 
+import inspect
 from functools import partial
 from typing import Callable
 
@@ -232,3 +233,7 @@ def create_model(pos: str, img_size: int | tuple[int, int] = 32, num_classes: in
                  **model_kwargs) -> VisionTransformer:
     """Build a ViT with positional scheme `pos`; `model_kwargs` are `VisionTransformer` arguments."""
     return VisionTransformer(pos=pos, img_size=img_size, num_classes=num_classes, in_chans=in_chans, **model_kwargs)
+
+
+# the `create_model` keyword arguments besides the scheme and size (CLIs accept them as key=value)
+MODEL_ARGS = frozenset(inspect.signature(VisionTransformer).parameters) - {"pos", "img_size"}

@@ -1,0 +1,160 @@
+"""What Lightning does not do for exact, safe resumption (atomic checkpoint files, RNG state in
+the checkpoint, one `last.ckpt` written periodically and on SIGTERM), and the end-of-training
+positional figures."""
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
+
+from .plots import make_figures, pyplot, sample_images, save_figures
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Writes each checkpoint to a temporary file in the same folder, flushes it to disk, then
+    renames it over the target (`os.replace` is atomic on POSIX): a kill at any moment leaves
+    either the previous file or the new one, never a truncated `last.ckpt`."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        for stale in path.parent.glob(f".{path.name}.tmp*"):  # left by a process killed mid-save
+            stale.unlink(missing_ok=True)
+        try:
+            super().save_checkpoint(checkpoint, temporary, storage_options)
+            with open(temporary, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+
+
+def rng_states() -> dict:
+    """The global random states that training consumes: torch (CPU and every CUDA device), numpy, Python."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+            **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})}
+
+
+def set_rng_states(states: dict) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class RNGStateInCheckpoint(L.Callback):
+    """Saves the global RNG states (torch, CUDA, numpy, Python) with each checkpoint and restores
+    them when training resumes, right before the first training batch is drawn, so augmentation and
+    stochastic depth continue the uninterrupted run's random stream. Under DDP every rank is seeded
+    alike and consumes its stream alike, so rank 0's states are every rank's."""
+
+    def __init__(self):
+        self._to_restore = None
+
+    def state_dict(self) -> dict:
+        return {"rng": rng_states()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._to_restore = state_dict["rng"]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._to_restore is not None:
+            set_rng_states(self._to_restore)
+            self._to_restore = None
+
+
+class LastCheckpoint(L.Callback):
+    """The one writer of `last.ckpt`: every `every_n_steps` optimizer steps, at the end of
+    training, and on SIGTERM (pre-emption, `scancel`, a container stop), where Lightning stops at
+    the next step boundary and this saves first, so `resume=true` loses no step. (The best-by-val
+    checkpoints are Lightning's `ModelCheckpoint`.)"""
+
+    def __init__(self, path: str | Path, every_n_steps: int):
+        self.path, self.every_n_steps = Path(path), every_n_steps
+        self._saved_step = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        # once per optimizer step: with gradient accumulation this hook also runs on micro-batches
+        # between steps, where a save would record a half-accumulated state
+        step = trainer.global_step
+        if self.every_n_steps > 0 and step % self.every_n_steps == 0 and step != self._saved_step \
+                and (batch_idx + 1) % trainer.accumulate_grad_batches == 0:
+            trainer.save_checkpoint(self.path)
+            self._saved_step = step
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.save_checkpoint(self.path)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException):
+            trainer.save_checkpoint(self.path)
+            rank_zero_info(f"SIGTERM: saved {self.path} at step {trainer.global_step}; continue with resume=true")
+
+
+class PositionalFigures(L.Callback):
+    """At the end of training, logs `make_figures` of the trained model to TensorBoard
+    (`figures/<name>`, at the last step) and saves them as PNG under `<run>/figures/`, using the
+    first `num_images` validation images."""
+
+    def __init__(self, num_images: int = 64):
+        self.num_images = num_images
+
+    @rank_zero_only
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        model = pl_module.model
+        was_training = model.training
+        images = sample_images(trainer.datamodule, self.num_images).to(pl_module.device)
+        figures = make_figures(model, images.to(next(model.parameters()).dtype))
+        experiment = getattr(trainer.logger, "experiment", None)
+        if experiment is not None and hasattr(experiment, "add_figure"):
+            for name, figure in figures.items():
+                experiment.add_figure(f"figures/{name}", figure, global_step=trainer.global_step, close=False)
+        # the logger's folder, not `trainer.log_dir`: that one is a broadcast, a collective that
+        # rank 0 alone (this hook) must not enter under DDP
+        log_dir = getattr(trainer.logger, "log_dir", None)
+        if log_dir:
+            save_figures(figures, Path(log_dir) / "figures")
+        else:
+            for figure in figures.values():
+                pyplot().close(figure)
+        model.train(was_training)
+
+
+class ProgressBar(TQDMProgressBar):
+    """Lightning's progress bar with training images/s (on CPU a few it/s say little) and a short
+    postfix (train/loss, val/acc_best); no version number."""
+
+    def __init__(self, smoothing: float = 0.9):
+        super().__init__()
+        self.smoothing, self.images_per_s, self._last = smoothing, None, None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        now = time.perf_counter()
+        if self._last is not None:
+            rate = len(batch[1]) * trainer.world_size / (now - self._last)
+            self.images_per_s = rate if self.images_per_s is None else \
+                self.smoothing * self.images_per_s + (1 - self.smoothing) * rate
+        self._last = now
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._last = None  # validation time is not training time
+        super().on_train_epoch_end(trainer, pl_module)
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
+        metrics = super().get_metrics(trainer, pl_module)
+        metrics.pop("v_num", None)
+        if self.images_per_s is not None:
+            metrics["img/s"] = f"{self.images_per_s:.0f}"
+        return metrics

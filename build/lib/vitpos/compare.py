@@ -1,0 +1,206 @@
+"""Compare finished runs from their TensorBoard event files, with seed statistics.
+
+    python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare]
+    (the folder may also be given as logdir=logs/)
+
+Runs that differ only by `seed` form one group; each group is one row with the number of runs
+`n` and the mean +- sample standard deviation of every accuracy: best and final validation, test,
+and the resolution-transfer accuracies that `vitpos.evaluate` logged into the run
+(`test_acc@42px`, `test_acc@42px/interpolate`, ...). Writes `compare.md` (the table),
+`compare.csv` (mean and std columns), `runs.csv` (one row per run) and `compare.png` (accuracy
+per group, error bars of one std) to `out`. A run counts once it has finished (`results.json`).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+from hydra.utils import get_class
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from omegaconf import OmegaConf
+
+from .config import parse_options
+from .errors import ConfigError, VitposError
+from .errors import report as report_error
+from .plots import pyplot
+from .runs import RESULTS_FILE
+
+DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
+GROUP_BY = ("experiment", "pos", "data", "img_size", "finetuned_from", "model", "lr", "batch_size", "epochs")
+ACCURACIES = ("test_acc", "val_acc_best", "val_acc_final")
+RESOLUTION_TAG = "resolution/test_acc"  # vitpos.evaluate: step = image height, suffix _<mode> if one was forced
+
+
+def run_folders(root: Path) -> list[Path]:
+    """Every finished run folder (train.py's results.json beside its event files) under `root`."""
+    return sorted(p.parent for p in root.rglob(RESULTS_FILE) if any(p.parent.glob("events.out.tfevents*")))
+
+
+def summarize(run: Path, root: Path) -> dict:
+    """One row per run: its hparams (the group key), accuracies, speed and transfer accuracies."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    hparams_file = run / "hparams.yaml"
+    hparams = yaml.safe_load(hparams_file.read_text()) if hparams_file.is_file() else {}
+    results = json.loads((run / RESULTS_FILE).read_text())
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+
+    def values(tag: str) -> list[float]:
+        return [event.value for event in events.Scalars(tag)] if tag in tags else []
+
+    val_acc, test_acc = values("val/acc"), values("test/acc")
+    speeds = values("train/device/samples_per_sec")
+    size = config["img_size"]
+    row = dict(
+        experiment=config.get("experiment") or "-", pos=config["pos"]["name"],
+        data=get_class(config["data"]["_target_"]).name,
+        img_size=size if isinstance(size, int) else "x".join(map(str, size)),
+        finetuned_from=hparams.get("finetuned_from", ""), model=hparams.get("model", ""), lr=config["optim"]["lr"],
+        batch_size=config["data"]["batch_size"], epochs=config["trainer"]["max_epochs"],
+        seed=config["seed"], params=results.get("params", hparams.get("params", "")),
+        val_acc_best=round(max(val_acc), 4) if val_acc else "",
+        val_acc_final=round(val_acc[-1], 4) if val_acc else "",
+        test_acc=round(test_acc[-1], 4) if test_acc else "",
+        epochs_done=len(values("train/loss_epoch")),  # one point per completed training epoch
+        images_per_s=round(statistics.median(speeds)) if speeds else "",
+        fit_minutes=round(results["fit_seconds"] / 60, 2) if "fit_seconds" in results else "",
+        run=str(run.relative_to(root)) if run != root else run.name,
+    )
+    for tag in sorted(t for t in tags if t.startswith(RESOLUTION_TAG)):
+        mode = tag.removeprefix(RESOLUTION_TAG).removeprefix("_")
+        latest = {event.step: event.value for event in events.Scalars(tag)}  # a re-evaluation replaces
+        for height, acc in sorted(latest.items()):
+            row[f"test_acc@{height}px" + (f"/{mode}" if mode else "")] = round(acc, 4)
+    return row
+
+
+def group_runs(rows: list[dict]) -> list[dict]:
+    """Runs equal in every GROUP_BY key -> one row: n, seeds, `<acc>_mean` and `<acc>_std`
+    (sample std, n - 1; blank for n = 1) of every accuracy column, mean speed and time."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(str(row[k]) for k in GROUP_BY), []).append(row)
+    grouped = []
+    for members in groups.values():
+        out = {k: members[0][k] for k in GROUP_BY}
+        out["n"] = len(members)
+        out["seeds"] = " ".join(str(s) for s in sorted(m["seed"] for m in members))
+        for column in accuracy_columns(members):
+            values = [m[column] for m in members if m.get(column, "") != ""]
+            out[f"{column}_mean"] = round(statistics.fmean(values), 4) if values else ""
+            out[f"{column}_std"] = round(statistics.stdev(values), 4) if len(values) > 1 else ""
+        for column in ("images_per_s", "fit_minutes"):
+            values = [m[column] for m in members if m[column] != ""]
+            out[column] = round(statistics.fmean(values), 2) if values else ""
+        grouped.append(out)
+    return grouped
+
+
+def accuracy_columns(rows: list[dict]) -> list[str]:
+    """The accuracy columns present in `rows`: the fixed ones, then transfer ones by height."""
+    transfer = {k for row in rows for k in row if k.startswith("test_acc@")}
+    return list(ACCURACIES) + sorted(transfer, key=lambda k: (int(k.split("@")[1].split("px")[0]), k))
+
+
+def compare(root: str | Path, data: str | None = None, img_size: int | str | None = None,
+            out: str | Path | None = None) -> list[dict]:
+    """Print and write the grouped table of the finished runs under `root`; return its rows."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ConfigError(f"no such log folder: {root}; pass the TensorBoard root, e.g. logs/")
+    runs = [summarize(run, root) for run in run_folders(root)]
+    runs = [r for r in runs if (data is None or r["data"] == data) and (img_size is None or str(r["img_size"]) == str(img_size))]
+    if not runs:
+        raise ConfigError(f"no finished runs (with {RESULTS_FILE}) under {root} match data={data} img_size={img_size}")
+    runs.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), r["pos"], r["seed"]))
+    rows = group_runs(runs)
+    rows.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), -(r["test_acc_mean"] or 0)))
+    out = Path(out) if out else root / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown_table(rows, accuracy_columns(runs))
+    (out / "compare.md").write_text(table)
+    _write_csv(out / "compare.csv", rows)
+    _write_csv(out / "runs.csv", runs)
+    _accuracy_chart(rows, out / "compare.png")
+    print(table + f"\nwrote {out / 'compare.md'}, {out / 'compare.csv'}, {out / 'runs.csv'}, {out / 'compare.png'}")
+    return rows
+
+
+def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
+    """Accuracies in percent as `mean +- std`; columns no row has are left out."""
+    accuracies = [c for c in accuracies if any(r.get(f"{c}_mean", "") != "" for r in rows)]
+    header = ["pos", "experiment", "data", "img_size", "finetuned_from", "n", *accuracies, "images_per_s",
+              "fit_minutes"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [str(row[c]) for c in header[:6]]
+        cells += [_percent(row.get(f"{c}_mean", ""), row.get(f"{c}_std", "")) for c in accuracies]
+        cells += [str(row["images_per_s"]), str(row["fit_minutes"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _percent(mean, std) -> str:
+    if mean == "":
+        return "-"
+    return f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std != "" else "")
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _accuracy_chart(rows: list[dict], path: Path) -> None:
+    """Test accuracy per group: a dot with one-std error bars (a bar from zero when n = 1)."""
+    plt = pyplot()
+    labels = [f"{r['pos']}\n{r['data']} {r['img_size']}px"
+              + (f"\nfine-tuned from {r['finetuned_from']}" if r["finetuned_from"] not in ("", "-") else "")
+              + f"\nn={r['n']}" for r in rows]
+    means = [100 * (r["test_acc_mean"] or 0) for r in rows]
+    stds = [100 * (r["test_acc_std"] or 0) for r in rows]
+    figure, axes = plt.subplots(figsize=(max(6, 1.0 * len(rows)), 4.5))
+    x = range(len(rows))
+    if all(r["n"] > 1 for r in rows):
+        axes.errorbar(x, means, yerr=stds, fmt="o", capsize=4, color="tab:blue", label="test (mean ± std)")
+        spread = max(m + s for m, s in zip(means, stds)) - min(m - s for m, s in zip(means, stds))
+        axes.set_ylim(min(m - s for m, s in zip(means, stds)) - max(1, 0.2 * spread),
+                      min(100, max(m + s for m, s in zip(means, stds)) + max(1, 0.2 * spread)))
+        axes.set_title("Test accuracy by scheme (mean ± std over seeds; y-axis not from zero)")
+    else:
+        axes.bar(x, means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8, label="test")
+        axes.set_ylim(0, 100)
+        axes.set_title("Test accuracy by scheme")
+    axes.set_xticks(list(x), labels, fontsize=7)
+    axes.set_ylabel("top-1 test accuracy (%)")
+    axes.legend(loc="lower right")
+    axes.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: list[str]) -> int:
+    if argv and "=" not in argv[0] and not argv[0].startswith("-"):
+        argv = [f"logdir={argv[0]}", *argv[1:]]  # the log folder may come first, unnamed
+    try:
+        options = parse_options(argv, DEFAULTS, __doc__)
+        if not options.logdir:
+            raise ConfigError("pass the log folder: python -m vitpos.compare logs/ (or logdir=logs/)")
+        compare(options.logdir, **{k: v for k, v in OmegaConf.to_container(options).items() if k != "logdir"})
+    except VitposError as error:
+        return report_error(error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

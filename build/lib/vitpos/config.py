@@ -1,0 +1,67 @@
+"""Config composition shared by train.py and the CLIs: the same `configs/` tree, composed as
+train.py composes it, so `data=<name>` means the same everywhere."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from .errors import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # packaged with vitpos (pip install . keeps it)
+
+
+def compose_train_config(overrides: list[str] = ()):
+    """configs/train.yaml with `overrides`, as `python train.py <overrides>` would see it."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def data_config(name: str) -> dict:
+    """configs/data/<name>.yaml composed as train.py would (interpolations resolved)."""
+    return OmegaConf.to_container(compose_train_config([f"data={name}"]).data, resolve=True)
+
+
+def with_finetune_data(cfg):
+    """For `finetune_from=` with no `data=` (or `experiment=`) on the command line, the run's config
+    recomposed with the checkpoint's dataset: a Fashion-MNIST checkpoint fine-tunes on Fashion-MNIST."""
+    from hydra import compose
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import get_class
+
+    from .resize import read_checkpoint
+
+    if not cfg.get("finetune_from") or not HydraConfig.initialized():
+        return cfg
+    overrides = list(HydraConfig.get().overrides.task)
+    if any(o.split("=", 1)[0].lstrip("+~") in ("data", "experiment") for o in overrides):
+        return cfg
+    data = read_checkpoint(cfg.finetune_from)["hyper_parameters"].get("data") or {}
+    name = get_class(data["_target_"]).name if "_target_" in data else None
+    if name is None or name == get_class(cfg.data._target_).name:
+        return cfg
+    print(f"vitpos: fine-tuning on data={name}, the dataset of {cfg.finetune_from} (data=<name> picks another)")
+    return compose(config_name="train", overrides=[*overrides, f"data={name}"])
+
+
+def parse_options(argv: list[str], defaults: dict, doc: str, extra_keys=()) -> DictConfig:
+    """The one command-line convention of the vitpos CLIs: `key=value` options in Hydra's override
+    syntax (`img_sizes=[32,48]`, `ckpt=[a,b]`) over `defaults`; `--help` prints `doc` and exits.
+    `extra_keys` are accepted beyond the defaults (model arguments for a fresh model)."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(doc.strip())
+        raise SystemExit(0)
+    loose = [arg for arg in argv if "=" not in arg]
+    if loose:
+        raise ConfigError(f"expected key=value options, got {loose[0]!r}; see --help")
+    try:
+        options = OmegaConf.from_dotlist(argv)
+    except Exception as error:  # noqa: BLE001 - OmegaConf's grammar errors have several types
+        raise ConfigError(f"cannot parse the options ({str(error).splitlines()[0]}); see --help") from None
+    unknown = set(options) - set(defaults) - set(extra_keys)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(sorted(unknown))}; valid: "
+                          f"{', '.join([*defaults, *sorted(extra_keys)])}")
+    return OmegaConf.merge(OmegaConf.create(defaults), options)

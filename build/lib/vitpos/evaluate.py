@@ -1,0 +1,158 @@
+"""Evaluate checkpoints at several resolutions without retraining.
+
+    python -m vitpos.evaluate ckpt=<ckpt, run folder or log root> img_sizes=[32,48,64]
+
+Each model is converted to every size with its scheme's resize rule (`resize_mode=` picks the
+mode) and evaluated on the test split (`split=val` for validation); images are resized from the
+dataset's native resolution (bicubic) and the patch size stays fixed. Writes `resolution.md`,
+`resolution.csv` and `resolution.png` (accuracy vs resolution, one line per checkpoint) to `out=`,
+and logs `resolution/<split>_acc` (step = image height) into each checkpoint's TensorBoard run.
+
+Options (key=value): ckpt (a path or a list [a,b]; a folder means every best-*.ckpt under it, or
+last.ckpt where a run has no best), img_sizes (ints or [H,W] pairs), resize_mode, split, limit
+(at most this many images), batch_size, data (a configs/data name, instead of the checkpoint's
+own data config), data_dir (override the dataset root), out, device.
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import OmegaConf
+from torchmetrics.classification import MulticlassAccuracy
+
+from .config import data_config, parse_options
+from .errors import ConfigError, VitposError
+from .errors import report as report_error
+from .plots import pyplot
+from .precision import bf16_supported
+from .model import image_size
+from .resize import load_model, read_checkpoint
+from .runs import find_checkpoints, run_dir, run_label, size_tag
+
+DEFAULTS = dict(ckpt=None, img_sizes=[32, 48, 64], resize_mode=None, split="test", limit=None, batch_size=256,
+                data=None, data_dir=None, out="logs/evaluate", device="auto")
+
+
+def accuracy(model, datamodule, split: str, device: torch.device, limit: int | None) -> float:
+    """Top-1 accuracy of `model` on a split of `datamodule` at its current `img_size`."""
+    loader = datamodule.test_dataloader() if split == "test" else datamodule.val_dataloader()
+    metric = MulticlassAccuracy(datamodule.num_classes, top_k=1, average="micro").to(device)
+    seen = 0
+    bf16 = bf16_supported(device.type)
+    with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        for images, labels in loader:
+            if limit is not None:
+                if seen >= limit:
+                    break
+                images, labels = images[: limit - seen], labels[: limit - seen]
+            images = datamodule.preprocess(images.to(device), train=False)
+            metric.update(model(images).float(), labels.to(device))
+            seen += len(labels)
+    return float(metric.compute())
+
+
+def evaluate(ckpt, img_sizes, resize_mode=None, split="test", limit=None, batch_size=256, data=None,
+             data_dir=None, out="logs/evaluate", device="auto") -> list[dict]:
+    """Evaluate each checkpoint at each size; write the table, CSV and plot; return the rows."""
+    if split not in ("test", "val"):
+        raise ConfigError(f"split={split!r} must be test or val")
+    device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                          "cpu" if device == "auto" else device)
+    if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
+        raise ConfigError(f"img_sizes={img_sizes!r} must be a list of sizes, e.g. img_sizes=[32,48,64]")
+    sizes = [image_size(size) for size in img_sizes]
+    rows = []
+    for path in find_checkpoints(ckpt):
+        checkpoint = read_checkpoint(path)
+        data_cfg = data_config(data) if data else checkpoint["hyper_parameters"].get("data")
+        if not data_cfg:
+            raise ConfigError(f"{path} records no data config; pass data=<name of configs/data/*.yaml>")
+        data_cfg = dict(data_cfg, batch_size=batch_size, **({"data_dir": data_dir} if data_dir else {}))
+        datamodule = hydra.utils.instantiate(data_cfg)
+        datamodule.setup()
+        trained = checkpoint["hyper_parameters"]["model"]
+        writer = _tensorboard_writer(path)
+        for size in sizes:
+            model = load_model(path, img_size=size, resize_mode=resize_mode).to(device)
+            datamodule.img_size = size
+            acc = accuracy(model, datamodule, split, device, limit)
+            row = dict(run=run_label(path), pos=trained["pos"], trained_at=size_tag(trained["img_size"]),
+                       img_size=size_tag(size), resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),
+                       split=split, acc=round(acc, 4), checkpoint=str(path))
+            rows.append(row)
+            print(f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}  {split} acc {acc:.4f}", flush=True)
+            if writer is not None:
+                # a forced mode gets its own tag, so both modes of one checkpoint stay readable
+                tag = f"resolution/{split}_acc" + (f"_{resize_mode}" if resize_mode else "")
+                writer.add_scalar(tag, acc, global_step=size[0])
+        if writer is not None:
+            writer.close()
+    write_outputs(rows, sizes, Path(out), limit)
+    return rows
+
+
+def _tensorboard_writer(path: Path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = run_dir(path)
+    return SummaryWriter(log_dir=str(run), filename_suffix=".resolution") if run else None
+
+
+def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, limit: int | None = None) -> None:
+    """resolution.csv (one row per checkpoint and size), resolution.md (one row per checkpoint,
+    one column per size) and resolution.png (accuracy vs resolution, one line per checkpoint)."""
+    plt = pyplot()
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "resolution.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    tags = [size_tag(size) for size in sizes]
+    runs = list(dict.fromkeys(row["run"] for row in rows))
+    by_run = {run: {row["img_size"]: row for row in rows if row["run"] == run} for run in runs}
+    lines = ["| run | pos | trained at | " + " | ".join(tags) + " |", "|---|---|---|" + "---:|" * len(tags)]
+    for run in runs:
+        first = next(iter(by_run[run].values()))
+        accs = " | ".join(f"{100 * by_run[run][t]['acc']:.2f}" for t in tags)
+        lines.append(f"| {run} | {first['pos']} | {first['trained_at']} | {accs} |")
+    (out / "resolution.md").write_text("\n".join(lines) + "\n")
+
+    figure, axes = plt.subplots(figsize=(8, 5))
+    heights = [size[0] for size in sizes]
+    colors = plt.get_cmap("tab10").colors  # qualitative: no two neighbouring runs share a hue
+    styles = ("-", "--", ":", "-.")
+    for index, run in enumerate(runs):
+        first = next(iter(by_run[run].values()))
+        axes.plot(heights, [100 * by_run[run][t]["acc"] for t in tags], marker="o", color=colors[index % 10],
+                  linestyle=styles[index // 10 % 4], label=f"{first['pos']} ({run})")
+    axes.set_xticks(heights, tags)
+    axes.set_xlabel("evaluation resolution")
+    axes.set_ylabel(f"top-1 {rows[0]['split']} accuracy (%)")
+    subset = f", first {limit} images" if limit else ""
+    axes.set_title(f"Accuracy vs evaluation resolution ({rows[0]['split']} split{subset})")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, loc="best", ncol=1 if len(runs) <= 8 else 2)
+    figure.tight_layout()
+    figure.savefig(out / "resolution.png", dpi=120)
+    plt.close(figure)
+    print(f"wrote {out / 'resolution.md'}, {out / 'resolution.csv'}, {out / 'resolution.png'}")
+
+
+def main(argv: list[str]) -> int:
+    try:
+        options = parse_options(argv, DEFAULTS, __doc__)
+        if not options.ckpt:
+            raise ConfigError("pass ckpt=<checkpoint, run folder or log root>, e.g. "
+                              "python -m vitpos.evaluate ckpt=logs img_sizes=[32,48,64]")
+        evaluate(**OmegaConf.to_container(options, resolve=True))
+    except VitposError as error:
+        return report_error(error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

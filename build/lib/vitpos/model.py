@@ -1,0 +1,239 @@
+"""A pre-norm Vision Transformer that knows positions only through the four hooks of
+`vitpos.pos.PositionalEncoding` (add / bias / rotate / after_block).
+
+Patch embedding, MLP, DropPath and weight init come from timm; the attention is written here
+because no library attention exposes the bias and rotate hooks between q/k and the softmax.
+"""
+from __future__ import annotations
+
+import inspect
+from functools import partial
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from timm.layers import DropPath, Mlp, PatchEmbed, trunc_normal_
+from timm.models import named_apply
+from timm.models.vision_transformer import init_weights_vit_timm
+from torch import Tensor, nn
+
+from .errors import ConfigError
+from .pos import Grid, create_pos
+
+ATTN_IMPLS = ("auto", "sdpa", "math")
+POOLS = ("gap", "cls")
+
+Rotate = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with an optional additive logit bias and q/k rotation.
+
+    `attn_impl`: `sdpa` uses `F.scaled_dot_product_attention` (bias passed as `attn_mask`),
+    `math` the plain matmul-softmax-matmul, `auto` picks `sdpa` on GPU and `math` on CPU, where the
+    fused kernel's backward is several times slower for short token sequences (measured).
+    """
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_impl: str = "auto"):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim ** -0.5
+        self.attn_impl = attn_impl
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def heads(self, x: Tensor, rotate: Rotate | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Tokens (B, N, D) -> q, k, v (B, heads, N, head_dim) each, q and k rotated by `rotate`."""
+        batch, num_tokens, _ = x.shape
+        qkv = self.qkv(x).reshape(batch, num_tokens, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, N, head_dim)
+        return (*rotate(q, k), v) if rotate is not None else (q, k, v)
+
+    def probs(self, q: Tensor, k: Tensor, bias: Tensor | None = None) -> Tensor:
+        """Attention probabilities (B, heads, N, N) of the math path (also read by `vitpos.figures`)."""
+        logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, N, N)
+        if bias is not None:
+            logits = logits + bias.to(logits.dtype)
+        return logits.softmax(dim=-1)
+
+    def forward(self, x: Tensor, bias: Tensor | None = None, rotate: Rotate | None = None) -> Tensor:
+        batch, num_tokens, dim = x.shape
+        q, k, v = self.heads(x, rotate)
+        use_sdpa = self.attn_impl == "sdpa" or (self.attn_impl == "auto" and x.device.type != "cpu")
+        if use_sdpa:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))
+        else:
+            out = self.probs(q, k, bias).to(v.dtype) @ v
+        out = out.transpose(1, 2).reshape(batch, num_tokens, dim)  # (B, N, D)
+        return self.proj(out)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool, drop_path: float,
+                 attn_impl: str):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_impl=attn_impl)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio), act_layer=nn.GELU)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: Tensor, bias: Tensor | None = None, rotate: Rotate | None = None) -> Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), bias=bias, rotate=rotate))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+def image_size(value) -> tuple[int, int]:
+    """`value` (an int or an [H, W] pair) as a (H, W) tuple of positive ints, or a ConfigError."""
+    sizes = list(value) if isinstance(value, (list, tuple)) else [value, value]
+    if len(sizes) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+        raise ConfigError(f"img_size={value!r} must be a positive integer or an [H, W] pair of them, e.g. img_size=32")
+    return sizes[0], sizes[1]
+
+
+class VisionTransformer(nn.Module):
+    """ViT: patch embed -> `add` -> blocks (attention applies `bias`, `rotate`; then `after_block`)
+    -> final norm -> pool -> head. The patch grid is taken from each input, so any image size
+    divisible by the patch size works (the scheme resizes its state for grids it was not built for).
+
+    Args:
+        pos: positional scheme name (see `vitpos.list_pos()`).
+        img_size: training image size, int or (H, W); defines the scheme's native grid.
+        patch_size: square patch side in pixels.
+        in_chans: input channels.
+        num_classes: classifier outputs.
+        dim: token width.
+        depth: number of blocks.
+        num_heads: attention heads (dim must be divisible by it).
+        mlp_ratio: MLP hidden width / dim.
+        qkv_bias: bias in the qkv projection.
+        drop_path_rate: stochastic depth, linearly increasing over the blocks up to this value.
+        pool: `gap` (mean of patch tokens) or `cls` (a class token, which gets no position: no
+            additive table, zero attention bias, no rotation). With `cls`, only the class token is
+            read after the last block, so a per-layer bias of the last block cannot reach the output.
+        attn_impl: `auto`, `sdpa` or `math` (see `Attention`).
+        pos_kwargs: extra constructor arguments of the scheme (e.g. `resize_mode`).
+    """
+
+    def __init__(self, pos: str = "2d_sin", img_size: int | tuple[int, int] = 32, patch_size: int = 4,
+                 in_chans: int = 3, num_classes: int = 10, dim: int = 192, depth: int = 6, num_heads: int = 3,
+                 mlp_ratio: float = 4.0, qkv_bias: bool = True, drop_path_rate: float = 0.0, pool: str = "gap",
+                 attn_impl: str = "auto", pos_kwargs: dict | None = None):
+        super().__init__()
+        img_size = image_size(img_size)
+        if dim % num_heads:
+            raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
+        if pool not in POOLS:
+            raise ConfigError(f"pool={pool!r} is not one of {', '.join(POOLS)}")
+        if attn_impl not in ATTN_IMPLS:
+            raise ConfigError(f"attn_impl={attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
+        self.patch_size = patch_size
+        self.grid: Grid = self.grid_for(img_size)
+        self.config = dict(
+            pos=pos, img_size=list(img_size), patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
+            dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
+            drop_path_rate=drop_path_rate, pool=pool, attn_impl=attn_impl, pos_kwargs=dict(pos_kwargs or {}),
+        )
+
+        self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=dim,
+                                      flatten=False, output_fmt="NHWC", strict_img_size=False)
+        self.pos = create_pos(pos, dim=dim, num_heads=num_heads, depth=depth, grid=self.grid, **(pos_kwargs or {}))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
+        self.num_prefix_tokens = 0 if self.cls_token is None else 1
+        drop_rates = [drop_path_rate * i / max(1, depth - 1) for i in range(depth)]  # linear in depth
+        self.blocks = nn.ModuleList(
+            Block(dim, num_heads, mlp_ratio, qkv_bias, drop_rates[i], attn_impl) for i in range(depth)
+        )
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+
+        # Decided once here, so the forward pass never asks which scheme it runs.
+        self._pos_bias = self.pos.uses("bias")
+        self._pos_rotate = self.pos.uses("rotate")
+        self._pos_after_block = self.pos.uses("after_block")
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        named_apply(init_weights_vit_timm, self.blocks)
+        named_apply(init_weights_vit_timm, self.head)
+        if self.cls_token is not None:
+            trunc_normal_(self.cls_token, std=0.02)
+
+    def grid_for(self, img_size: tuple[int, int]) -> Grid:
+        """Patch grid (H/p, W/p) of an image size; a clear error when it does not divide."""
+        height, width = img_size
+        if height % self.patch_size or width % self.patch_size:
+            raise ConfigError(
+                f"image size {height}x{width} is not divisible by the patch size {self.patch_size}; "
+                f"use a multiple of {self.patch_size}"
+            )
+        return height // self.patch_size, width // self.patch_size
+
+    def resize(self, img_size: int | tuple[int, int], resize_mode: str | None = None) -> "VisionTransformer":
+        """Convert the model in place to a new input size with the scheme's resize rule, so that
+        `img_size` becomes its native size (fine-tuning there, saving, `create_model(**config)`)."""
+        img_size = image_size(img_size)
+        grid = self.grid_for(img_size)
+        pos_kwargs = self.pos.resize_to(grid, resize_mode)
+        self.grid = grid
+        self.config.update(img_size=list(img_size), pos_kwargs=pos_kwargs)
+        return self
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names excluded from weight decay: positional tables and the cls token."""
+        names = {f"pos.{name}" for name in self.pos.no_weight_decay()}
+        if self.cls_token is not None:
+            names.add("cls_token")
+        return names
+
+    def _bias(self, layer: int, grid: Grid) -> Tensor | None:
+        if not self._pos_bias:
+            return None
+        bias = self.pos.bias(layer, grid)  # (heads, N, N)
+        prefix = self.num_prefix_tokens
+        return F.pad(bias, (prefix, 0, prefix, 0)) if prefix else bias  # prefix rows/cols get no bias
+
+    def _rotate(self, layer: int, grid: Grid, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        prefix = self.num_prefix_tokens
+        if not prefix:  # slicing and re-concatenating would cost two copies and a gradient accumulation
+            return self.pos.rotate(layer, q, k, grid)
+        q_patch, k_patch = self.pos.rotate(layer, q[:, :, prefix:], k[:, :, prefix:], grid)
+        return torch.cat([q[:, :, :prefix], q_patch], dim=2), torch.cat([k[:, :, :prefix], k_patch], dim=2)
+
+    def _after_block(self, layer: int, x: Tensor, grid: Grid) -> Tensor:
+        prefix = self.num_prefix_tokens
+        return torch.cat([x[:, :prefix], self.pos.after_block(layer, x[:, prefix:], grid)], dim=1)
+
+    def forward_features(self, images: Tensor) -> Tensor:
+        """Images (B, C, H, W) -> pooled features (B, D)."""
+        grid = self.grid_for(images.shape[-2:])
+        # (B, H, W, D) -> (B, N, D); the residual stream stays in the parameters' dtype (fp32 under
+        # autocast) for every scheme, so schemes differ only by their hooks' own cost.
+        x = self.patch_embed(images).flatten(1, 2).to(self.norm.weight.dtype)
+        x = self.pos.add(x, grid)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1+N, D)
+        for layer, block in enumerate(self.blocks):
+            rotate = partial(self._rotate, layer, grid) if self._pos_rotate else None
+            x = block(x, bias=self._bias(layer, grid), rotate=rotate)
+            if self._pos_after_block:
+                x = self._after_block(layer, x, grid)
+        x = self.norm(x)
+        return x[:, 0] if self.cls_token is not None else x.mean(dim=1)
+
+    def forward(self, images: Tensor) -> Tensor:
+        """Images (B, C, H, W) -> logits (B, num_classes)."""
+        return self.head(self.forward_features(images))
+
+
+def create_model(pos: str, img_size: int | tuple[int, int] = 32, num_classes: int = 10, in_chans: int = 3,
+                 **model_kwargs) -> VisionTransformer:
+    """Build a ViT with positional scheme `pos`; `model_kwargs` are `VisionTransformer` arguments."""
+    return VisionTransformer(pos=pos, img_size=img_size, num_classes=num_classes, in_chans=in_chans, **model_kwargs)
+
+
+# the `create_model` keyword arguments besides the scheme and size (CLIs accept them as key=value)
+MODEL_ARGS = frozenset(inspect.signature(VisionTransformer).parameters) - {"pos", "img_size"}

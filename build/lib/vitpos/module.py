@@ -1,0 +1,175 @@
+"""LightningModule: cross-entropy with label smoothing (optionally timm's Mixup/CutMix), top-1
+torchmetrics accuracy per split, AdamW
+(no decay on norms, biases, positional tables) with linear warmup then cosine decay."""
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.fabric.utilities.throughput import measure_flops
+from timm.data import Mixup
+from timm.loss import SoftTargetCrossEntropy
+from torch import Tensor
+from torchmetrics import MaxMetric, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from .errors import ConfigError, NonFiniteLossError
+from .model import create_model
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
+    """LR multiplier: linear from 0 to 1 over `warmup_steps`, then cosine down to `min_lr_ratio`."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+soft_target_cross_entropy = SoftTargetCrossEntropy()
+
+
+class ImageClassifier(L.LightningModule):
+    """Trains a `vitpos` ViT on an image-classification DataModule.
+
+    Args:
+        model: `create_model` arguments (pos, img_size, num_classes, in_chans, dim, ...). Saved in
+            the checkpoint's hyper-parameters, so the model can be rebuilt from the file alone.
+        lr: peak learning rate.
+        weight_decay: AdamW decay of matrices (never of norms, biases, positional tables).
+        betas: AdamW betas.
+        warmup_steps: linear warmup steps (capped at a tenth of the run).
+        min_lr_ratio: final LR / peak LR of the cosine schedule.
+        label_smoothing: cross-entropy label smoothing.
+        mixup_alpha, cutmix_alpha: Beta(alpha, alpha) of timm's `Mixup` (Zhang et al. 2018; Yun et al.
+            2019; one of the two per batch when both are on); 0 and 0 train on the plain batch.
+        data: the data config (`_target_` and arguments), kept in the checkpoint so evaluation
+            can rebuild the dataset.
+        compile: compile the model with `torch.compile` (in place, so checkpoints keep their keys).
+    """
+
+    def __init__(self, model: dict, lr: float = 1e-3, weight_decay: float = 0.05,
+                 betas: tuple[float, float] = (0.9, 0.999), warmup_steps: int = 500, min_lr_ratio: float = 0.01,
+                 label_smoothing: float = 0.1, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
+                 data: dict | None = None, compile: bool = False):
+        super().__init__()
+        for name, value in (("lr", lr), ("weight_decay", weight_decay), ("warmup_steps", warmup_steps),
+                            ("label_smoothing", label_smoothing), ("mixup_alpha", mixup_alpha),
+                            ("cutmix_alpha", cutmix_alpha)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"optim.{name}={value!r} must be a non-negative number")
+        self.save_hyperparameters()
+        self.model = create_model(**model)
+        if compile:
+            self.model.compile()
+        num_classes = self.model.config["num_classes"]
+        # soft targets (mixed and smoothed) for training; evaluation keeps the hard-label loss
+        self.mixup = Mixup(mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha, label_smoothing=label_smoothing,
+                           num_classes=num_classes) if mixup_alpha > 0 or cutmix_alpha > 0 else None
+        top_k = min(5, num_classes)
+
+        # Top-1 as papers report it: correct / seen (micro). torchmetrics' default is the macro
+        # mean of per-class recalls, which differs on unbalanced splits (validation, `limit=`).
+        def metrics(prefix: str) -> MetricCollection:
+            return MetricCollection({
+                "acc": MulticlassAccuracy(num_classes, top_k=1, average="micro"),
+                f"acc_top{top_k}": MulticlassAccuracy(num_classes, top_k=top_k, average="micro"),
+            }, prefix=prefix)
+
+        self.train_metrics = metrics("train/")
+        self.val_metrics = metrics("val/")
+        self.test_metrics = metrics("test/")
+        self.val_acc_best = MaxMetric()
+
+    def setup(self, stage: str) -> None:
+        """Count the training FLOPs of one batch (on the meta device: no compute), so Lightning's
+        ThroughputMonitor logs FLOP/s and, on GPUs it knows, MFU."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if stage != "fit" or datamodule is None:
+            return
+        with torch.device("meta"):
+            model = create_model(**self.hparams.model)
+            images = torch.empty(datamodule.batch_size, model.config["in_chans"], *model.config["img_size"])
+        self.flops_per_batch = measure_flops(model, lambda: model(images), loss_fn=torch.Tensor.sum)
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.model(images)
+
+    def _step(self, batch, metrics: MetricCollection, stage: str) -> Tensor:
+        images, labels = batch
+        if stage == "train" and self.mixup is not None:
+            images, targets = self.mixup(images, labels)  # accuracy is still counted on the true labels
+            logits = self.model(images)
+            loss = soft_target_cross_entropy(logits.float(), targets)
+        else:
+            logits = self.model(images)
+            loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.hparams.label_smoothing)
+        metrics.update(logits.detach(), labels)
+        on_step = stage == "train"
+        # the progress bar shows train/loss and val/acc_best only: a short line
+        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=on_step, sync_dist=not on_step)
+        self.log_dict(metrics, on_step=False, on_epoch=True)
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        loss = self._step(batch, self.train_metrics, "train")
+        # Every rank learns whether any rank's loss is non-finite, so all stop together (no hang in
+        # the gradient all-reduce) with a message naming the step.
+        bad = self.trainer.strategy.reduce((~torch.isfinite(loss.detach())).float(), reduce_op="sum")
+        if bad > 0:
+            raise NonFiniteLossError(f"non-finite training loss at step {self.global_step} (epoch {self.current_epoch}, "
+                                     f"batch {batch_idx}) on {int(bad)} rank(s); lower optim.lr, keep "
+                                     f"trainer.gradient_clip_val, or try trainer.precision=32-true")
+        self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, self.val_metrics, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, self.test_metrics, "test")
+
+    def on_train_start(self) -> None:
+        self.val_acc_best.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            return
+        self.val_acc_best(self.val_metrics["acc"].compute())
+        self.log("val/acc_best", self.val_acc_best.compute(), prog_bar=True, sync_dist=True)
+
+    def parameter_groups(self) -> list[dict]:
+        """AdamW groups: decay for matrices and conv kernels; none for norms, biases, positional
+        tables and the cls token (nanoGPT's `dim >= 2` rule plus the model's own exclusions)."""
+        skip = self.model.no_weight_decay()
+        decay, no_decay = [], []
+        for name, param in self.model.named_parameters():
+            if not param.requires_grad:
+                continue
+            (no_decay if param.ndim < 2 or name in skip else decay).append(param)
+        return [{"params": decay, "weight_decay": self.hparams.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
+
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole run, counted from the datamodule (Lightning's
+        `estimated_stepping_batches` would build the train loader before a resumed run restores
+        its position)."""
+        trainer = self.trainer
+        counts = [trainer.max_steps] if trainer.max_steps and trainer.max_steps > 0 else []
+        if trainer.max_epochs is not None and trainer.max_epochs > 0:
+            batches = trainer.datamodule.train_batches_per_epoch(trainer.world_size)
+            limit = trainer.limit_train_batches
+            batches = min(batches, limit) if isinstance(limit, int) else int(batches * (limit if limit is not None else 1.0))
+            counts.append(math.ceil(batches / trainer.accumulate_grad_batches) * trainer.max_epochs)
+        if not counts:
+            raise ConfigError("set trainer.max_epochs or trainer.max_steps: the learning-rate schedule needs a length")
+        return max(1, min(counts))
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(self.parameter_groups(), lr=self.hparams.lr, betas=tuple(self.hparams.betas))
+        total_steps = self.total_steps()
+        warmup_steps = max(1, min(self.hparams.warmup_steps, total_steps // 10))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps, self.hparams.min_lr_ratio))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,204 @@
+"""Absolute positional embeddings, added to the patch tokens once (the `add` hook).
+
+- `1d_learned`: one learned vector per token, as in ViT (Dosovitskiy et al. 2021, "An Image is
+  Worth 16x16 Words").
+- `2d_learned`: learned row and column tables, concatenated (half the channels each).
+- `1d_sin`: the fixed sinusoids of "Attention Is All You Need" (Vaswani et al. 2017) over the
+  row-major token index.
+- `2d_sin`: fixed sin-cos of row and column, half the channels each (MoCo v3, Chen et al. 2021;
+  "Better plain ViT baselines", Beyer et al. 2022). Built by timm's `build_sincos2d_pos_embed`.
+
+Resize rules (one per scheme, used both for inputs on another grid and to convert a checkpoint):
+learned tables are resampled (timm's `resample_abs_pos_embed` for the 1D table seen as an H x W
+image, 1D interpolation per axis for row/col tables); fixed tables are recomputed, either at
+positions 0..H'-1 (`extrapolate`) or at positions rescaled into the reference (training) grid
+(`interpolate`, as in position interpolation). All tables are made in fp32.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from timm.layers import build_sincos2d_pos_embed, resample_abs_pos_embed, trunc_normal_
+from torch import Tensor, nn
+
+from .base import Grid, PositionalEncoding, axis_positions, check_choice, check_divisible
+from .registry import register
+
+
+class AdditiveEncoding(PositionalEncoding):
+    """An additive scheme: `table(grid)` gives (H*W, D); `add` adds it to the tokens."""
+
+    def table(self, grid: Grid) -> Tensor:
+        raise NotImplementedError
+
+    def add(self, x: Tensor, grid: Grid) -> Tensor:
+        return x + self.table(grid)
+
+
+@register("1d_learned")
+class Learned1d(AdditiveEncoding):
+    """A learned vector per token position (ViT). Resampled as an (H, W) image on other grids.
+
+    Args:
+        resize_mode: interpolation for other grids, `bicubic` or `bilinear`.
+    """
+
+    resize_modes = ("bicubic", "bilinear")
+
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "bicubic"):
+        super().__init__(dim, num_heads, depth, grid)
+        check_choice("1d_learned", "resize_mode", resize_mode, self.resize_modes)
+        self.resize_mode = resize_mode
+        self.embedding = nn.Parameter(torch.zeros(1, self.grid[0] * self.grid[1], dim))  # (1, H*W, D)
+        trunc_normal_(self.embedding, std=0.02)
+
+    def resampled(self, grid: Grid, mode: str) -> Tensor:
+        """The table resampled to `grid`, (1, H'*W', D); the old grid is explicit, never sqrt(N)."""
+        return resample_abs_pos_embed(self.embedding, new_size=list(grid), old_size=list(self.grid),
+                                      num_prefix_tokens=0, interpolation=mode)
+
+    def table(self, grid: Grid) -> Tensor:
+        if tuple(grid) == self.grid:
+            return self.embedding[0]
+        return self.per_grid(grid, lambda: self.resampled(grid, self.resize_mode)[0])
+
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        self.check_resize_mode(mode)
+        self.resize_mode = mode or self.resize_mode
+        self.embedding = nn.Parameter(self.resampled(grid, self.resize_mode).detach())
+        return super().resize_to(grid)
+
+    def init_kwargs(self) -> dict:
+        return {"resize_mode": self.resize_mode}
+
+
+@register("2d_learned")
+class Learned2d(AdditiveEncoding):
+    """Learned row and column tables, (H, D/2) and (W, D/2), concatenated per token.
+
+    Args:
+        resize_mode: 1D interpolation of each axis for other grids, `linear` or `nearest`.
+    """
+
+    resize_modes = ("linear", "nearest")
+
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "linear"):
+        super().__init__(dim, num_heads, depth, grid)
+        check_divisible("2d_learned", dim, 2, "half the channels for rows, half for columns")
+        check_choice("2d_learned", "resize_mode", resize_mode, self.resize_modes)
+        self.resize_mode = resize_mode
+        self.rows = nn.Parameter(torch.zeros(self.grid[0], dim // 2))
+        self.cols = nn.Parameter(torch.zeros(self.grid[1], dim // 2))
+        trunc_normal_(self.rows, std=0.02)
+        trunc_normal_(self.cols, std=0.02)
+
+    @staticmethod
+    def resampled(table: Tensor, size: int, mode: str) -> Tensor:
+        """One axis table (L, C) resampled to (size, C)."""
+        if table.shape[0] == size:
+            return table
+        align = False if mode == "linear" else None
+        resized = F.interpolate(table.T[None], size=size, mode=mode, align_corners=align)  # (1, C, size)
+        return resized[0].T
+
+    def table(self, grid: Grid) -> Tensor:
+        height, width = grid
+        rows = self.resampled(self.rows, height, self.resize_mode)[:, None, :].expand(height, width, -1)
+        cols = self.resampled(self.cols, width, self.resize_mode)[None, :, :].expand(height, width, -1)
+        return torch.cat([rows, cols], dim=-1).reshape(height * width, self.dim)  # (H, W, D) -> (H*W, D)
+
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        self.check_resize_mode(mode)
+        self.resize_mode = mode or self.resize_mode
+        self.rows = nn.Parameter(self.resampled(self.rows, grid[0], self.resize_mode).detach().clone())
+        self.cols = nn.Parameter(self.resampled(self.cols, grid[1], self.resize_mode).detach().clone())
+        return super().resize_to(grid)
+
+    def init_kwargs(self) -> dict:
+        return {"resize_mode": self.resize_mode}
+
+
+def sincos_1d(positions: Tensor, dim: int, temperature: float = 10000.0) -> Tensor:
+    """Vaswani et al.: PE[n, 2i] = sin(n / T^(2i/D)), PE[n, 2i+1] = cos(n / T^(2i/D)). (N,) -> (N, D)."""
+    inv_freq = temperature ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)  # (D/2,)
+    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (N, D/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(len(positions), dim)
+
+
+class FixedSincos(AdditiveEncoding):
+    """A fixed sin-cos table, cached as a non-persistent buffer for the built grid and recomputed
+    for any other grid.
+
+    Args:
+        temperature: the frequency base (10000 in Vaswani et al.).
+        resize_mode: positions on a grid other than `ref_grid`: `extrapolate` (0..H'-1, as if the
+            image were larger) or `interpolate` (rescaled into the reference grid's range, as if the
+            same image were sampled more finely).
+        ref_grid: the grid positions are measured in (the training grid); default: the built grid.
+    """
+
+    resize_modes = ("extrapolate", "interpolate")
+    divisor = 2
+    why = "sin and cos pairs"
+
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, temperature: float = 10000.0,
+                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
+        super().__init__(dim, num_heads, depth, grid)
+        check_divisible(self.scheme_name, dim, self.divisor, self.why)
+        check_choice(self.scheme_name, "resize_mode", resize_mode, self.resize_modes)
+        self.temperature = temperature
+        self.resize_mode = resize_mode
+        self.ref_grid = tuple(int(s) for s in ref_grid) if ref_grid else self.grid
+        self.register_buffer("cached", self._compute(self.grid), persistent=False)
+
+    def positions(self, grid: Grid) -> tuple[Tensor, Tensor]:
+        """Row and column coordinates (H,), (W,) of `grid` under the resize mode, in fp32."""
+        return axis_positions(grid, self.ref_grid, self.resize_mode)
+
+    def _compute(self, grid: Grid) -> Tensor:
+        raise NotImplementedError
+
+    def table(self, grid: Grid) -> Tensor:
+        if tuple(grid) == self.grid:
+            return self.cached
+        return self._compute(grid).to(self.cached)  # the buffer's device and dtype
+
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        self.check_resize_mode(mode)
+        self.resize_mode = mode or self.resize_mode
+        kwargs = super().resize_to(grid)
+        self.cached = self._compute(self.grid).to(self.cached)
+        return kwargs
+
+    def init_kwargs(self) -> dict:
+        return {"temperature": self.temperature, "resize_mode": self.resize_mode, "ref_grid": list(self.ref_grid)}
+
+
+@register("1d_sin")
+class Sincos1d(FixedSincos):
+    """Fixed 1D sinusoids over the row-major token index n = row * W + col (Vaswani et al. 2017);
+    under `interpolate`, n = row' * W_ref + col' with row', col' rescaled into the reference grid."""
+
+    def _compute(self, grid: Grid) -> Tensor:
+        rows, cols = self.positions(grid)
+        width = self.ref_grid[1] if self.resize_mode == "interpolate" else grid[1]
+        index = (rows[:, None] * width + cols[None, :]).flatten()  # (H*W,) row-major
+        return sincos_1d(index, self.dim, self.temperature)
+
+
+@register("2d_sin")
+class Sincos2d(FixedSincos):
+    """Fixed 2D sin-cos: a quarter of the channels each for sin(row), sin(col), cos(row), cos(col)."""
+
+    divisor = 4
+    why = "sin and cos of row and column"
+
+    def _compute(self, grid: Grid) -> Tensor:
+        if self.resize_mode == "extrapolate":
+            return build_sincos2d_pos_embed(list(grid), dim=self.dim, temperature=self.temperature)  # (H*W, D)
+        # timm's layout on rescaled coordinates: [sin(row w), sin(col w), cos(row w), cos(col w)]
+        bands = self.temperature ** (-torch.arange(self.dim // 4, dtype=torch.float32) / (self.dim // 4))
+        rows, cols = self.positions(grid)
+        coords = torch.stack(torch.meshgrid(rows, cols, indexing="ij")).flatten(1).T  # (H*W, 2)
+        angles = coords[:, :, None] * bands  # (H*W, 2, D/4)
+        return torch.stack([angles.sin(), angles.cos()], dim=1).flatten(1)  # (H*W, D)

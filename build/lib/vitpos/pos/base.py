@@ -1,0 +1,141 @@
+"""The one interface every positional scheme implements.
+
+A position signal enters a ViT at one of four places (see docs/DESIGN.md, section 1). Each hook is a
+no-op here, so a scheme overrides only the hooks it uses; the model asks `uses(hook)` once at
+construction and never branches on the scheme's name.
+
+Conventions:
+- `grid = (H, W)` is the patch grid of the actual input, always passed explicitly.
+- Hooks see patch tokens only; the model handles prefix (cls) tokens in one place.
+- Fixed tables are non-persistent buffers or computed on the fly in fp32; learned tables are
+  parameters and are excluded from weight decay (`no_weight_decay`).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+
+Grid = tuple[int, int]
+
+HOOKS = ("add", "bias", "rotate", "after_block")
+
+
+class PositionalEncoding(nn.Module):
+    """Base class: no position signal at all unless a subclass overrides a hook.
+
+    Args:
+        dim: token width D.
+        num_heads: attention heads per layer.
+        depth: number of transformer blocks.
+        grid: the patch grid (H, W) the model is built (and trained) for.
+    """
+
+    scheme_name: str = ""
+    resize_modes: tuple[str, ...] = ()  # modes of this scheme's resize rule; () = no state to resize
+
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid):
+        super().__init__()
+        self.dim = dim
+        self.num_heads = num_heads
+        self.depth = depth
+        self.grid = (int(grid[0]), int(grid[1]))
+        self._per_grid_cache: dict = {}
+
+    def per_grid(self, key, compute: Callable[[], Tensor]) -> Tensor:
+        """Memoise a tensor derived for another grid (e.g. a resampled table) while gradients are
+        off (evaluation): recomputed when a parameter changes in place or the module moves or
+        changes dtype (`_apply`)."""
+        if torch.is_grad_enabled():
+            return compute()
+        tensors = [*self.parameters(), *self.buffers()]
+        version = tuple(t._version for t in tensors), tuple(t.device for t in tensors[:1])
+        hit = self._per_grid_cache.get(key)
+        if hit is None or hit[0] != version:
+            hit = self._per_grid_cache[key] = (version, compute())
+        return hit[1]
+
+    def _apply(self, fn, *args, **kwargs):
+        # `.to(dtype)`, `.half()`, `.cuda()`, ... may replace parameters without bumping their
+        # version, so the per-grid cache would outlive them: drop it.
+        self._per_grid_cache.clear()
+        return super()._apply(fn, *args, **kwargs)
+
+    def check_resize_mode(self, mode: str | None) -> None:
+        if mode is None:
+            return
+        if not self.resize_modes:
+            raise ConfigError(f"pos={self.scheme_name} has no positional state to resize, so it takes no "
+                              f"resize_mode (got {mode!r}); leave resize_mode unset")
+        check_choice(self.scheme_name, "resize_mode", mode, self.resize_modes)
+
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        """Convert this scheme's state to `grid` in place with its resize rule (checkpoint surgery;
+        the same rule serves forward passes on other grids). Returns the constructor keyword
+        arguments (besides dim/heads/depth/grid) that rebuild the converted scheme."""
+        self.check_resize_mode(mode)
+        self.grid = (int(grid[0]), int(grid[1]))
+        self._per_grid_cache.clear()
+        return self.init_kwargs()
+
+    def init_kwargs(self) -> dict:
+        """Scheme-specific constructor arguments of the current state."""
+        return {}
+
+    @classmethod
+    def uses(cls, hook: str) -> bool:
+        """True when this scheme overrides `hook` (one of HOOKS)."""
+        return getattr(cls, hook) is not getattr(PositionalEncoding, hook)
+
+    def add(self, x: Tensor, grid: Grid) -> Tensor:
+        """Patch tokens (B, H*W, D) -> tokens with the position signal added."""
+        return x
+
+    def bias(self, layer: int, grid: Grid) -> Tensor | None:
+        """Attention-logit bias (heads, H*W, H*W) for block `layer`, or None."""
+        return None
+
+    def rotate(self, layer: int, q: Tensor, k: Tensor, grid: Grid) -> tuple[Tensor, Tensor]:
+        """Rotate queries and keys (B, heads, H*W, head_dim) of block `layer`."""
+        return q, k
+
+    def after_block(self, layer: int, x: Tensor, grid: Grid) -> Tensor:
+        """Patch tokens (B, H*W, D) after block `layer` -> tokens with the position signal."""
+        return x
+
+    def no_weight_decay(self) -> set[str]:
+        """Names (relative to this module) of parameters excluded from weight decay.
+
+        Default: every parameter, since a scheme's parameters are positional tables.
+        """
+        return {name for name, _ in self.named_parameters()}
+
+    def extra_repr(self) -> str:
+        return f"grid={self.grid}"
+
+
+def axis_positions(grid: Grid, ref_grid: Grid, mode: str, device=None) -> tuple[Tensor, Tensor]:
+    """Row (H,) and column (W,) coordinates of `grid` in fp32, for the fixed and rotary schemes'
+    resize modes: `extrapolate` = 0..H-1; `interpolate` = rescaled into `ref_grid`'s range
+    (row * H_ref / H), as if the same image were sampled more finely."""
+    rows, cols = (torch.arange(n, dtype=torch.float32, device=device) for n in grid)
+    if mode == "interpolate":
+        rows, cols = rows * (ref_grid[0] / grid[0]), cols * (ref_grid[1] / grid[1])
+    return rows, cols
+
+
+def check_divisible(scheme: str, dim: int, divisor: int, why: str) -> None:
+    """Raise a clear error at construction instead of a silent broadcast later."""
+    if dim % divisor:
+        raise ConfigError(
+            f"pos={scheme} needs the model dim to be divisible by {divisor} ({why}); got dim={dim}"
+        )
+
+
+def check_choice(scheme: str, option: str, value: str, choices: tuple[str, ...]) -> None:
+    """Raise a clear error at construction for an unsupported option value."""
+    if value not in choices:
+        raise ConfigError(f"pos={scheme} does not support {option}={value!r}; choose one of {', '.join(choices)}")

@@ -1,0 +1,219 @@
+"""Rotary position embeddings: queries and keys rotated by their patch's position (the `rotate` hook).
+
+Both schemes are from Heo et al. 2024, "Rotary Position Embedding for Vision Transformer"
+(RoPE-ViT, ECCV 2024; code: naver-ai/rope-vit). Each pair of channels of a head's query and key is
+rotated by an angle linear in the patch position, so the attention score q_i . k_j depends on the
+positions only through their 2D offset p_i - p_j.
+
+- `rope_axial`: fixed frequencies (timm's `freq_bands`); half the channel pairs rotate with the
+  row, half with the column (RoPE-Axial).
+- `rope_mixed`: learned 2D frequencies per head and per layer, angle = col * f_x + row * f_y, so a
+  pair can rotate along any direction of the image (RoPE-Mixed). Initialised with timm's
+  `init_random_2d_freqs` (the paper's init: axial magnitudes, a random direction per head).
+
+A scheme provides the angles (`angles(layer, grid)`: one per channel pair, fp32); `HalfLayoutRotation`
+applies them. The angles and their sin/cos are computed in fp32, and sin/cos are cast once to the
+compute dtype (bf16 under autocast) for the rotation itself: the precision that matters is the
+angle's, since under bf16 a position times a frequency (up to ~15 rad on a 16 x 16 grid) keeps only
+~2 significant digits, while a rounded sin/cos is off by at most 2^-9, the order of q's own rounding.
+
+Channel layout: timm's "half" layout (pair p = channels p and p + head_dim/2, as
+`apply_rot_embed_cat(half=True)`), a permutation of the interleaved one (pair p = channels 2p, 2p+1),
+hence the same model up to a relabelling of q/k channels, and cheaper to rotate.
+
+Resize rule: nothing to resample; the angles are recomputed for the new grid (from the fixed or the
+learned frequencies), with positions either 0..H'-1 (`extrapolate`, as if the image were larger;
+what RoPE-ViT evaluates at higher resolutions) or rescaled into the reference (training) grid
+(`interpolate`, position interpolation), exactly as the fixed sin-cos tables of `absolute.py`.
+"""
+from __future__ import annotations
+
+import torch
+from timm.layers.pos_embed_sincos import freq_bands, init_random_2d_freqs
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+from .base import Grid, PositionalEncoding, axis_positions, check_choice
+from .registry import register
+
+
+def rotate_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """(x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) on the two halves of the last dim of x, each
+    half written in place into the output (two passes over x instead of the four of
+    `x * cos + rope_rotate_half(x) * sin`); cos and sin (..., N, D/2) are in x's dtype."""
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    x1, x2 = x.chunk(2, dim=-1)
+    out1, out2 = out.chunk(2, dim=-1)
+    torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=out2).addcmul_(x1, sin)
+    return out
+
+
+class HalfLayoutRotation(torch.autograd.Function):
+    """Rotate x (..., N, D) by `angles` (fp32, broadcastable to (..., N, D/2)) in timm's half layout
+    (its `apply_rot_embed(half=True)`: x * cos + rope_rotate_half(x) * sin), with the backward written
+    out: the inverse rotation for x and, only for learned angles (rope_mixed),
+    d(loss)/d(angle) = g2 * y1 - g1 * y2 summed over the broadcast dims. Hand-written because no
+    library ships a fused CPU RoPE and autograd through timm's form costs a chain of
+    chunk/neg/cat/mul passes and a gradient accumulation; parity with timm's formula and gradcheck
+    are tested, the speed-up is in docs/PERFORMANCE.md."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, angles: Tensor) -> Tensor:
+        angles = angles.to(torch.promote_types(angles.dtype, torch.float32))  # trig in >= fp32, then one cast
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)  # (..., N, D/2)
+        y = rotate_halves(x, cos, sin)
+        ctx.angles_shape = angles.shape
+        ctx.save_for_backward(cos, sin, y if ctx.needs_input_grad[1] else None)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        cos, sin, y = ctx.saved_tensors
+        grad_x = rotate_halves(grad, cos, -sin) if ctx.needs_input_grad[0] else None  # the inverse rotation
+        grad_angles = None
+        if ctx.needs_input_grad[1]:
+            # dy1 / dangle = -y2, dy2 / dangle = y1
+            (grad1, grad2), (y1, y2) = grad.chunk(2, dim=-1), y.chunk(2, dim=-1)
+            per_pair = torch.mul(grad2, y1).addcmul_(grad1, y2, value=-1)  # (..., N, D/2)
+            shape = ctx.angles_shape
+            lead = per_pair.dim() - len(shape)
+            dims = [*range(lead), *(lead + i for i, n in enumerate(shape) if n == 1 and per_pair.shape[lead + i] != 1)]
+            dtype = torch.promote_types(per_pair.dtype, torch.float32)  # accumulate the batch sum in >= fp32
+            grad_angles = per_pair.sum(dims, dtype=dtype).reshape(shape) if dims else per_pair.to(dtype)
+        return grad_x, grad_angles
+
+
+class RotaryEncoding(PositionalEncoding):
+    """Shared by the RoPE schemes: head_dim check, the two position modes, the rotation.
+
+    Args:
+        theta: frequency base (of the fixed frequencies, or of the learned ones' initialisation).
+        resize_mode: positions on a grid other than `ref_grid`: `extrapolate` (0..H'-1) or
+            `interpolate` (rescaled into the reference grid's range).
+        ref_grid: the grid positions are measured in (the training grid); default: the built grid.
+    """
+
+    resize_modes = ("extrapolate", "interpolate")
+
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float,
+                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
+        super().__init__(dim, num_heads, depth, grid)
+        if dim % num_heads or (dim // num_heads) % 4:
+            raise ConfigError(
+                f"pos={self.scheme_name} needs head_dim = dim / num_heads divisible by 4 (a row and a column "
+                f"rotation per channel pair); got dim={dim}, num_heads={num_heads}, head_dim={dim / num_heads:g}"
+            )
+        check_choice(self.scheme_name, "resize_mode", resize_mode, self.resize_modes)
+        self.head_dim = dim // num_heads
+        self.theta = float(theta)
+        self.resize_mode = resize_mode
+        self.ref_grid = tuple(int(s) for s in ref_grid) if ref_grid else self.grid
+
+    def positions(self, grid: Grid, device=None) -> tuple[Tensor, Tensor]:
+        """Row and column coordinate of every token, (N,) each in row-major order, fp32, under the
+        resize mode."""
+        rows, cols = axis_positions(grid, self.ref_grid, self.resize_mode, device=device)
+        return rows.repeat_interleave(grid[1]), cols.repeat(grid[0])  # (H*W,) each, row-major
+
+    def angles(self, layer: int, grid: Grid) -> Tensor:
+        """fp32 angle of every channel pair at every token: (N, head_dim/2) or (heads, N, head_dim/2)."""
+        raise NotImplementedError
+
+    def rotate(self, layer: int, q: Tensor, k: Tensor, grid: Grid) -> tuple[Tensor, Tensor]:
+        angles = self.angles(layer, grid)
+        return HalfLayoutRotation.apply(q, angles), HalfLayoutRotation.apply(k, angles)
+
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        self.check_resize_mode(mode)
+        self.resize_mode = mode or self.resize_mode
+        return super().resize_to(grid)
+
+    def init_kwargs(self) -> dict:
+        return {"theta": self.theta, "resize_mode": self.resize_mode, "ref_grid": list(self.ref_grid)}
+
+    def extra_repr(self) -> str:
+        return f"grid={self.grid}, head_dim={self.head_dim}, resize_mode={self.resize_mode}, ref_grid={self.ref_grid}"
+
+
+@register("rope_axial")
+class RopeAxial(RotaryEncoding):
+    """RoPE-Axial (Heo et al. 2024): of each head's head_dim / 2 channel pairs, the first half rotate
+    by row * f_k and the second half by col * f_k, with fixed frequencies f_k = theta^(-4k / head_dim),
+    k = 0..head_dim/4 - 1 (the same for every head and layer; no parameters).
+
+    `theta` = 100 by default, as in RoPE-ViT (their `rope_theta`), not the 10000 of language models:
+    positions here only reach 7..15 (8 x 8 to 16 x 16 grids), and with 10000 the slowest pairs turn by
+    about 10000^(-15/16) * 7 ~ 1e-3 rad across the whole image, i.e. a quarter of the channels carry
+    no position at all; with 100 the slowest pair still turns ~0.1 rad, the fastest 1 rad per patch.
+
+    The angles of the built grid are a non-persistent fp32 buffer that stays fp32 when the model is
+    cast to bf16 (see `_apply`); other grids are recomputed (cached while gradients are off).
+
+    Args:
+        theta: frequency base.
+        resize_mode: `extrapolate` or `interpolate` (see the module docstring).
+        ref_grid: the grid positions are measured in; default: the built grid.
+    """
+
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float = 100.0,
+                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
+        super().__init__(dim, num_heads, depth, grid, theta, resize_mode=resize_mode, ref_grid=ref_grid)
+        self.register_buffer("cached", self._compute(self.grid), persistent=False)  # (N, head_dim/2)
+
+    def _compute(self, grid: Grid, device=None) -> Tensor:
+        """Angles (H*W, head_dim/2) in fp32: row pairs first, then column pairs."""
+        bands = freq_bands(self.head_dim // 4, temperature=self.theta, step=1, device=device)  # theta^(-4k/head_dim)
+        rows, cols = self.positions(grid, device=device)
+        return torch.cat([rows[:, None] * bands, cols[:, None] * bands], dim=-1)
+
+    def angles(self, layer: int, grid: Grid) -> Tensor:
+        if tuple(grid) == self.grid:
+            return self.cached
+        return self.per_grid(tuple(grid), lambda: self._compute(grid, device=self.cached.device))
+
+    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
+        kwargs = super().resize_to(grid, mode)
+        self.cached = self._compute(self.grid, device=self.cached.device)
+        return kwargs
+
+    def _apply(self, fn, *args, **kwargs):
+        # `.to(bf16)` / `.half()` cast every floating buffer; the angles must stay fp32, so rebuild
+        # them (as timm's rotary modules rebuild their frequency bands).
+        module = super()._apply(fn, *args, **kwargs)
+        if self.cached.dtype != torch.float32:
+            self.cached = self._compute(self.grid, device=self.cached.device)
+        return module
+
+@register("rope_mixed")
+class RopeMixed(RotaryEncoding):
+    """RoPE-Mixed (Heo et al. 2024): learned frequencies per layer, head and channel pair,
+    `freqs` (2, depth, heads, head_dim/2) = (f_x, f_y); pair k of head h in layer l rotates by
+    col * f_x[l, h, k] + row * f_y[l, h, k]. Initialised as in the paper (timm's
+    `init_random_2d_freqs`): magnitudes theta^(-4k / head_dim), half the pairs along a random
+    direction per head and layer, half along the perpendicular one. Excluded from weight decay.
+
+    Angles depend on the parameters, so they are recomputed every training step (cheap: N x heads x
+    head_dim/2 per layer) and cached per grid while gradients are off. Other grids: the learned
+    frequencies applied to the new grid's positions; nothing is resampled.
+
+    Args:
+        theta: frequency base of the initialisation (10 in RoPE-ViT for the mixed variant).
+        resize_mode: `extrapolate` or `interpolate` (see the module docstring).
+        ref_grid: the grid positions are measured in; default: the built grid.
+    """
+
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float = 10.0,
+                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
+        super().__init__(dim, num_heads, depth, grid, theta, resize_mode=resize_mode, ref_grid=ref_grid)
+        self.freqs = nn.Parameter(init_random_2d_freqs(self.head_dim, depth, num_heads, temperature=self.theta))
+
+    def _compute(self, layer: int, grid: Grid) -> Tensor:
+        # timm's get_mixed_freqs returns sin/cos (not angles) of every layer at once without a
+        # reference grid; here one layer's frequencies meet positions under the resize mode.
+        rows, cols = self.positions(grid, device=self.freqs.device)
+        freqs = self.freqs[:, layer].float()  # (2, heads, head_dim/2), fp32 also under autocast
+        return cols[:, None] * freqs[0, :, None] + rows[:, None] * freqs[1, :, None]  # (heads, N, head_dim/2)
+
+    def angles(self, layer: int, grid: Grid) -> Tensor:
+        return self.per_grid((layer, tuple(grid)), lambda: self._compute(layer, grid))

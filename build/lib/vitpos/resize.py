@@ -1,0 +1,58 @@
+"""Checkpoints across resolutions: rebuild a model from a checkpoint alone and convert its
+positional state to another input size with the scheme's own resize rule."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from timm.layers import to_2tuple
+
+from .errors import ConfigError
+from .model import VisionTransformer, create_model
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """Load a vitpos (Lightning) checkpoint on the CPU, with one-line errors for the usual problems."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"checkpoint not found: {path}; pass the path of a .ckpt written by train.py "
+                          f"(logs/<run>/version_N/checkpoints/)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # noqa: BLE001 - unpickling garbage raises almost any exception type
+        raise ConfigError(f"cannot read checkpoint {path} (corrupt or truncated? {type(error).__name__}); "
+                          f"use another checkpoint, e.g. last.ckpt or the best-*.ckpt beside it") from None
+    if not isinstance(checkpoint, dict) or "model" not in checkpoint.get("hyper_parameters", {}):
+        raise ConfigError(f"{path} is not a vitpos checkpoint (no model hyper-parameters); "
+                          f"use a .ckpt written by train.py")
+    return checkpoint
+
+
+def model_state(checkpoint: dict) -> dict:
+    """The ViT's state dict inside a Lightning checkpoint (keys without the `model.` prefix)."""
+    return {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+
+
+def load_model(ckpt_path: str | Path, img_size: int | tuple[int, int] | None = None,
+               resize_mode: str | None = None) -> VisionTransformer:
+    """Rebuild the model of a checkpoint (no config needed), converted to `img_size` when given.
+
+    Args:
+        ckpt_path: a checkpoint written by `train.py`.
+        img_size: new input size (int or (H, W)); the positional state is converted with the
+            scheme's resize rule. None keeps the training size.
+        resize_mode: the rule's mode (e.g. `bicubic` for learned tables, `extrapolate` or
+            `interpolate` for sin-cos); None keeps the scheme's configured mode.
+    """
+    return model_from_checkpoint(read_checkpoint(ckpt_path), img_size, resize_mode)
+
+
+def model_from_checkpoint(checkpoint: dict, img_size: int | tuple[int, int] | None = None,
+                          resize_mode: str | None = None) -> VisionTransformer:
+    """`load_model` for a checkpoint already read with `read_checkpoint`."""
+    model = create_model(**checkpoint["hyper_parameters"]["model"])
+    model.load_state_dict(model_state(checkpoint))
+    if img_size is not None or resize_mode is not None:
+        size = to_2tuple(img_size) if img_size is not None else model.config["img_size"]
+        model.resize(size, resize_mode)
+    return model.eval()

@@ -1,0 +1,44 @@
+"""Run folders and checkpoints: `<log_dir>[/<experiment>]/<run name>/version_N/` holds train.py's
+`config.yaml`, `hparams.yaml`, event files, `checkpoints/` and, once finished, `results.json`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import ConfigError
+
+RESULTS_FILE = "results.json"  # final metrics of a finished run, in its version_N folder
+CHECKPOINTS = "checkpoints"
+
+
+def size_tag(img_size) -> str:
+    """`32px`, or `32x48px` for a rectangle."""
+    sizes = [img_size] * 2 if isinstance(img_size, int) else list(img_size)
+    return f"{sizes[0]}px" if sizes[0] == sizes[1] else f"{sizes[0]}x{sizes[1]}px"
+
+
+def run_dir(checkpoint: Path) -> Path | None:
+    """The `version_N` folder of a checkpoint saved by train.py, or None for a loose file."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else None
+
+
+def run_label(checkpoint: Path) -> str:
+    """`<run>/version_N` of a checkpoint in a run folder, else the file's stem."""
+    run = run_dir(checkpoint)
+    return f"{run.parent.name}/{run.name}" if run else Path(checkpoint).stem
+
+
+def find_checkpoints(spec) -> list[Path]:
+    """Checkpoint files named by `spec` (a path or a list of paths): files, or folders searched for
+    best-*.ckpt (last.ckpt where a run folder has no best checkpoint)."""
+    paths = []
+    for item in [spec] if isinstance(spec, (str, Path)) else list(spec):
+        item = Path(item).expanduser()
+        if item.is_dir():
+            runs = sorted({p.parent for p in item.rglob("*.ckpt")})
+            paths += [min(run.glob("best-*.ckpt"), default=run / "last.ckpt") for run in runs]
+        else:
+            paths.append(item)  # read_checkpoint says clearly when it is missing
+    if not paths:
+        raise ConfigError(f"no checkpoint found in {spec}; pass ckpt=<file.ckpt> or a folder holding checkpoints")
+    return paths

@@ -1,0 +1,282 @@
+"""`train(cfg)`: the whole training run from a composed Hydra config; `train.py` wraps it."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import hydra
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
+from lightning.pytorch.loggers import TensorBoardLogger
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig, OmegaConf
+from timm.layers import to_2tuple
+from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+from torch.utils.tensorboard.summary import hparams as hparams_summary
+
+from .callbacks import AtomicCheckpointIO, LastCheckpoint, PositionalFigures, ProgressBar, RNGStateInCheckpoint
+from .data import ImageDataModule
+from .errors import ConfigError, VitposError
+from .model import VisionTransformer
+from .module import ImageClassifier
+from .precision import resolve_precision
+from .resize import model_from_checkpoint, read_checkpoint
+from .runs import RESULTS_FILE, run_dir, size_tag
+
+HPARAM_METRICS = ("val/acc_best", "test/acc", "val/acc", "resolution/test_acc")
+
+
+def batch_size(batch) -> int:
+    """Images in a (images, labels) batch (a named function: ddp_spawn pickles the callbacks)."""
+    return len(batch[1])
+
+
+def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
+    """`create_model` arguments from the config's pos/ and model/ groups and the dataset."""
+    pos_kwargs = OmegaConf.to_container(cfg.pos, resolve=True)
+    model_args = OmegaConf.to_container(cfg.model, resolve=True)
+    model_args.pop("compile", None)  # a training option (ImageClassifier), not an architecture argument
+    return dict(
+        model_args,
+        pos=pos_kwargs.pop("name"), pos_kwargs=pos_kwargs, img_size=to_container(cfg.img_size),
+        num_classes=datamodule.num_classes, in_chans=datamodule.in_chans,
+    )
+
+
+def hparams_row(cfg: DictConfig, module: ImageClassifier, data: str, trained_size=None) -> dict:
+    """The HParams-tab columns: what tells runs of a comparison apart (the full config stays in
+    the run's config.yaml; parameters and speed are in vitpos.compare)."""
+    model = module.model.config
+    return {
+        "pos": cfg.pos.name,
+        "seed": cfg.seed,
+        "size": size_tag(to_container(cfg.img_size)),
+        "data": data,
+        "experiment": cfg.get("experiment") or "-",
+        "finetuned_from": size_tag(trained_size) if trained_size else "-",
+        "lr": cfg.optim.lr,
+        "model": f"d{model['dim']}xL{model['depth']}xH{model['num_heads']}/p{model['patch_size']}",
+    }
+
+
+# TensorBoard orders HParams columns by (not differs, name) and ticks the first five: marking these
+# as differing puts the scheme, seed and size first, then the rest by name.
+HPARAMS_FIRST = ("pos", "seed", "size")
+
+
+# TensorBoard's Custom Scalars tab: one chart per question, every run as a line (regexes over tags)
+SCALARS_LAYOUT = {
+    "1 accuracy": {
+        "validation accuracy (every run)": ["Multiline", [r"^val/acc$"]],
+        "best validation accuracy": ["Multiline", [r"^val/acc_best$"]],
+        "test accuracy": ["Multiline", [r"^test/acc$"]],
+        "accuracy vs resolution (x = image height, from vitpos.evaluate)": ["Multiline", [r"^resolution/"]],
+    },
+    "2 training": {
+        "training loss": ["Multiline", [r"^train/loss_step$"]],
+        "learning rate": ["Multiline", [r"^lr$"]],
+    },
+    "3 throughput": {
+        "samples/s": ["Multiline", [r"/samples_per_sec$"]],
+        "flops and time": ["Multiline", [r"^train/device/(flops|mfu)", r"^train/time"]],
+    },
+}
+
+
+def log_hparams(logger: TensorBoardLogger, row: dict) -> None:
+    """Write the HParams-tab summary (hparams.yaml too), compared on accuracy at every resolution."""
+    logger.log_hyperparams(row)  # hparams.yaml; with no metrics Lightning writes no HParams summary
+    experiment, *session = hparams_summary(row, {name: 0.0 for name in HPARAM_METRICS})
+    content = HParamsPluginData.FromString(experiment.value[0].metadata.plugin_data.content)
+    for info in content.experiment.hparam_infos:
+        info.differs = info.name in HPARAMS_FIRST
+    experiment.value[0].metadata.plugin_data.content = content.SerializeToString()
+    for summary in (experiment, *session):
+        logger.experiment.file_writer.add_summary(summary)
+    logger.experiment.add_custom_scalars(SCALARS_LAYOUT)
+
+
+def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[VisionTransformer, list[int]]:
+    """The model of `cfg.finetune_from` converted to `cfg.img_size` and checked against the config,
+    and the image size it was trained at."""
+    checkpoint = read_checkpoint(cfg.finetune_from)
+    model = model_from_checkpoint(checkpoint, img_size=to_container(cfg.img_size), resize_mode=cfg.resize_mode)
+    trained = model.config
+    if trained["pos"] != cfg.pos.name:
+        raise ConfigError(f"checkpoint {cfg.finetune_from} was trained with pos={trained['pos']} but the config "
+                          f"asks for pos={cfg.pos.name}; pass pos={trained['pos']}")
+    if (trained["num_classes"], trained["in_chans"]) != (datamodule.num_classes, datamodule.in_chans):
+        raise ConfigError(f"checkpoint {cfg.finetune_from} has {trained['num_classes']} classes and "
+                          f"{trained['in_chans']} input channels, data={datamodule.name} has "
+                          f"{datamodule.num_classes} and {datamodule.in_chans}; pass the data it was trained on")
+    return model, checkpoint["hyper_parameters"]["model"]["img_size"]
+
+
+def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: ImageClassifier) -> Path:
+    """The checkpoint `resume=` names (`true`: the newest version of this run with a last.ckpt),
+    refused when it was made for another model than the config builds."""
+    if cfg.resume is True:
+        candidates = sorted(Path(log_root, run_name).glob("version_*/checkpoints/last.ckpt"),
+                            key=lambda p: int(p.parent.parent.name.removeprefix("version_")))
+        if not candidates:
+            raise ConfigError(f"resume=true but no last.ckpt under {Path(log_root, run_name)}/version_*/"
+                              f"checkpoints; pass resume=<path to a .ckpt> or drop resume to start a fresh run")
+        path = candidates[-1]
+    else:
+        path = Path(str(cfg.resume))
+    saved = read_checkpoint(path)["hyper_parameters"]["model"]
+    changed = {k: (saved.get(k), v) for k, v in module.hparams["model"].items() if saved.get(k) != v}
+    if changed:
+        diff = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in changed.items())
+        raise ConfigError(f"cannot resume {path}: the config builds another model ({diff}); resume with the "
+                          f"run's original settings, or start a fresh run without resume")
+    if run_dir(path) is None or not run_dir(path).name.startswith("version_"):
+        raise ConfigError(f"cannot resume {path}: expected a checkpoint under <run>/version_N/checkpoints/")
+    return path
+
+
+def check_writable(folder: Path) -> None:
+    """Fail before training when the log folder cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ConfigError(f"cannot write to paths.log_dir ({folder}: {error.strerror}); pass a writable folder, "
+                          f"e.g. paths.log_dir=logs") from None
+
+
+def remove_run_folder(version_dir: Path) -> None:
+    """Delete `<run>/version_N`, and `<run>` if that leaves it empty."""
+    shutil.rmtree(version_dir, ignore_errors=True)
+    if version_dir.parent.is_dir() and not any(version_dir.parent.iterdir()):
+        version_dir.parent.rmdir()
+
+
+def instantiate(config, **kwargs):
+    """`hydra.utils.instantiate`, re-raising a user error from the target as itself (Hydra wraps
+    it in an InstantiationException with a traceback)."""
+    try:
+        return hydra.utils.instantiate(config, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, VitposError):
+            raise error.__cause__ from None
+        raise
+
+
+def trainer_is_rank_zero() -> bool:
+    """Rank 0 before the Trainer exists (the launcher's environment says which rank this is)."""
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0
+
+
+def to_container(value):
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Train (and test) one run; returns the final metrics (`val/acc_best`, `test/acc`, ...).
+
+    With `cfg.finetune_from`, the checkpoint's model (architecture and weights) is converted to
+    `cfg.img_size` with the scheme's resize rule (`cfg.resize_mode`) and trained from there.
+    """
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    trained_size = None
+    datamodule: ImageDataModule = instantiate(cfg.data)
+    data_cfg = to_container(cfg.data)
+    run_name = f"{cfg.pos.name}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
+    if cfg.finetune_from:
+        source, trained_size = finetune_source(cfg, datamodule)
+        module = ImageClassifier(model=source.config, data=data_cfg, compile=cfg.model.get("compile", False),
+                                 **cfg.optim)
+        module.model.load_state_dict(source.state_dict())
+        if trainer_is_rank_zero():
+            old_grid = "x".join(str(s // source.patch_size) for s in to_2tuple(trained_size))
+            mode = source.config["pos_kwargs"].get("resize_mode") or "the scheme's resize rule"
+            print(f"vitpos: fine-tuning {cfg.finetune_from} ({cfg.pos.name}): grid {old_grid} -> "
+                  f"{'x'.join(map(str, source.grid))} ({mode})", flush=True)
+        run_name = f"{run_name}_from_{size_tag(trained_size)}"
+    else:
+        module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg,
+                                 compile=cfg.model.get("compile", False), **cfg.optim)
+
+    # Runs of one study share <log_dir>/<experiment>/; names start with the scheme and stay distinct by seed.
+    run_name = cfg.run_name or f"{run_name}_seed{cfg.seed}"
+    log_root = Path(cfg.paths.log_dir, cfg.experiment) if cfg.get("experiment") else Path(cfg.paths.log_dir)
+    resume_from = resume_checkpoint(cfg, log_root, run_name, module) if cfg.resume else None
+    version = int(resume_from.parent.parent.name.removeprefix("version_")) if resume_from else None
+    logger = TensorBoardLogger(save_dir=log_root, name=run_name, version=version, default_hp_metric=False)
+    checkpoint_dir = Path(logger.log_dir) / "checkpoints"
+    best = ModelCheckpoint(dirpath=checkpoint_dir, filename="best-epoch{epoch}-step{step}", monitor="val/acc",
+                           mode="max", auto_insert_metric_name=False)
+    callbacks = [best, LastCheckpoint(checkpoint_dir / "last.ckpt", cfg.checkpoint_every_n_steps), RNGStateInCheckpoint(),
+                 ThroughputMonitor(batch_size_fn=batch_size, window_size=10),
+                 *([PositionalFigures()] if cfg.get("figures_at_end", True) else []),
+                 *([ProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []),
+                 *(hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),
+                                                 trainer_cfg.get("accelerator", "auto"))
+    if trainer_cfg.get("use_distributed_sampler"):
+        raise ConfigError("trainer.use_distributed_sampler must stay false: vitpos shards the data itself "
+                          "(vitpos.data.ShardedSampler), which keeps resumption exact and counts no sample twice")
+    trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, logger=logger, callbacks=callbacks,
+                                                 plugins=[AtomicCheckpointIO()])
+    if trainer.local_rank == 0:
+        datamodule.prepare_data()  # fail on missing data before a run folder is created
+    datamodule.setup("fit")  # ... and on a split that cannot fill one batch
+    if trainer.is_global_zero:
+        check_writable(log_root)
+        log_hparams(logger, hparams_row(cfg, module, datamodule.name, trained_size))
+        OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
+        grid = "x".join(map(str, module.model.grid))
+        print(f"vitpos: run {logger.log_dir} | pos={cfg.pos.name} | {grid} grid ({size_tag(module.model.config['img_size'])}, "
+              f"patch {module.model.patch_size}) | data={datamodule.name} ({len(datamodule.train_set)} train, "
+              f"{len(datamodule.val_set)} val) | precision {trainer_cfg['precision']}", flush=True)
+
+    started = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
+    except BaseException:
+        if trainer.is_global_zero and resume_from is None and trainer.global_step == 0:
+            remove_run_folder(Path(logger.log_dir))  # a run that never trained leaves nothing behind
+        raise
+    fit_seconds = round(time.perf_counter() - started, 1)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if cfg.test_after_fit:
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None,
+                               weights_only=False)
+        metrics.update({k: float(v) for k, v in results[0].items()})
+    metrics["checkpoint"] = best.best_model_path or str(checkpoint_dir / "last.ckpt")
+    metrics["log_dir"] = logger.log_dir
+    metrics["params"] = sum(p.numel() for p in module.model.parameters())
+    metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
+    if trainer.is_global_zero:  # the mark of a finished run: compare and the study scripts read it
+        (Path(logger.log_dir) / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
+        print(summary(cfg, metrics, trainer.global_step * datamodule.batch_size * trainer.world_size), flush=True)
+    return metrics
+
+
+def summary(cfg: DictConfig, metrics: dict, images_seen: int) -> str:
+    """The closing block: results, where they are, and the next commands with this run filled in."""
+    run, minutes = Path(metrics["log_dir"]), metrics["fit_seconds"] / 60
+    accuracy = lambda key: f"{100 * metrics[key]:.2f}%" if key in metrics else "-"  # noqa: E731
+    size = to_container(cfg.img_size)
+    bigger = [2 * size, 2 * size] if isinstance(size, int) else [2 * s for s in size]
+    root = run.parent.parent
+    lines = [
+        f"vitpos: finished {run}",
+        f"  best val acc {accuracy('val/acc_best')} | test acc {accuracy('test/acc')} (top-1) | "
+        f"fit {minutes:.1f} min, {images_seen / max(metrics['fit_seconds'], 1e-9):.0f} img/s",
+        f"  checkpoint   {metrics['checkpoint']}",
+        *([f"  figures      {run / 'figures'}"] if (run / "figures").is_dir() else []),
+        "  next:",
+        f"    python -m vitpos.evaluate ckpt={run} img_sizes=[{size_tag(size)[:-2].replace('x', ',')},{bigger[0]}]",
+        f"    python train.py pos={cfg.pos.name} img_size={bigger[0]} finetune_from={metrics['checkpoint']}",
+        f"    python -m vitpos.compare {root}",
+        f"    tensorboard --logdir {root}",
+    ]
+    return "\n".join(lines)
