@@ -90,15 +90,15 @@ class LastCheckpoint(L.Callback):
         step = trainer.global_step
         if self.every_n_steps > 0 and step % self.every_n_steps == 0 and step != self._saved_step \
                 and (batch_idx + 1) % trainer.accumulate_grad_batches == 0:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
             self._saved_step = step
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException):
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
             rank_zero_info(f"SIGTERM: saved {self.path} at step {trainer.global_step}; continue with resume=true")
 
 
