@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Reproduces the Fashion-MNIST numbers of docs/RESULTS.md on a CPU. Run from the repository root:
+# Reproduces the early-learning Fashion-MNIST numbers of docs/RESULTS.md (section 2) on a CPU. Run from the repository root:
 #   bash docs/fmnist_budget.sh train          # every scheme at 32 px (3 epochs of a 10k-image subset)
 #   bash docs/fmnist_budget.sh finetune POS   # fine-tune POS's 32 px checkpoint at 48 and 64 px
 #   bash docs/fmnist_budget.sh tables         # evaluate everything, write docs/results/
 # or `bash docs/fmnist_budget.sh all`. Needs Debian's dataset-fashion-mnist (or network access).
 set -euo pipefail
-SCHEMES=${SCHEMES:-none,1d_learned,2d_learned,1d_sin,2d_sin,rel_bias,cpe}
+SCHEMES=${SCHEMES:-none,1d_learned,2d_learned,1d_sin,2d_sin,rel_bias,cpe,rope_axial,rope_mixed,alibi_2d,cpb}
 TRAIN=logs/fmnist_budget
 BUDGET="data=fashion_mnist data.train_subset=10000 trainer.max_epochs=3 trainer.enable_progress_bar=false"
 FINETUNE="data=fashion_mnist data.train_subset=4000 data.val_size=1000 trainer.max_epochs=1 optim.lr=5e-4
@@ -21,7 +21,7 @@ train() {
 finetune() {
   local pos=$1 size
   for size in 48 64; do
-    python train.py pos="$pos" img_size=$size finetune_from="$(best $TRAIN/${pos}_fashion_mnist_32px/version_0)" \
+    python train.py pos="$pos" img_size=$size finetune_from="$(best $TRAIN/${pos}_fashion_mnist_32px_seed42/version_0)" \
       $FINETUNE paths.log_dir=logs/fmnist_finetune_$size
   done
 }
@@ -30,7 +30,7 @@ tables() {
   python -m vitpos.compare $TRAIN out=docs/results/train_32px
   python -m vitpos.evaluate ckpt=$TRAIN img_sizes=[32,48,64] $EVAL out=docs/results/resolution_no_finetune
   local interp=(1d_sin 2d_sin rope_axial rope_mixed)  # the schemes with an extrapolate/interpolate mode
-  python -m vitpos.evaluate ckpt=[$(printf "$TRAIN/%s_fashion_mnist_32px," "${interp[@]}" | sed 's/,$//')] \
+  python -m vitpos.evaluate ckpt=[$(printf "$TRAIN/%s_fashion_mnist_32px_seed42," "${interp[@]}" | sed 's/,$//')] \
     img_sizes=[32,48,64] resize_mode=interpolate $EVAL out=docs/results/resolution_no_finetune_interpolate
   python -m vitpos.evaluate ckpt=logs/fmnist_finetune_48 img_sizes=[48] $EVAL out=docs/results/finetuned_48px
   python -m vitpos.evaluate ckpt=logs/fmnist_finetune_64 img_sizes=[64] $EVAL out=docs/results/finetuned_64px
