@@ -591,3 +591,22 @@ def test_unknown_mode_names_the_choices(pos, size, scheme_ckpts):
     modes = get_pos_class(pos).resize_modes
     assert_one_line(error, f"pos={pos}", "'no_such_mode'",
                     f"choose one of {', '.join(modes)}" if modes else "leave resize_mode unset")
+
+
+def test_cli_finetune_takes_the_checkpoints_data_and_refuses_architecture_overrides(real_ckpt, tmp_path):
+    """`python train.py pos=... img_size=48 finetune_from=...` with no data= fine-tunes on the
+    checkpoint's dataset (synthetic here, not the default CIFAR-10), says so, and prints the grid
+    conversion; a model override the checkpoint would replace is refused with the difference."""
+    common = [sys.executable, str(ROOT / "train.py"), "pos=2d_sin", "img_size=48", f"finetune_from={real_ckpt}",
+              f"paths.log_dir={tmp_path / 'logs'}", "trainer.max_steps=1", "trainer.limit_val_batches=1",
+              "trainer.limit_test_batches=1", "trainer.enable_progress_bar=false", "figures_at_end=false"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(common, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "fine-tuning on data=synthetic" in result.stdout
+    assert "grid 8x8 -> 12x12 (extrapolate)" in result.stdout
+    refused = subprocess.run([*common, "model.depth=3"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
+        "error: fine-tuning keeps the checkpoint's architecture, but model.depth=3 (checkpoint: 2); drop these "
+        "overrides (resize_mode= picks how positions are converted)"]

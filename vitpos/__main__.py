@@ -6,7 +6,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from vitpos.config import CONFIG_DIR, with_finetune_data
+from vitpos.config import CONFIG_DIR, finetune_config
 from vitpos.errors import VitposError
 from vitpos.errors import report as report_error
 from vitpos.train import train
@@ -15,7 +15,7 @@ from vitpos.train import train
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
     try:
-        metrics = train(with_finetune_data(cfg))
+        metrics = train(finetune_config(cfg))
     except VitposError as error:
         sys.exit(report_error(error))
     return metrics.get("val/acc_best")

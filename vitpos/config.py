@@ -24,9 +24,10 @@ def data_config(name: str) -> dict:
     return OmegaConf.to_container(compose_train_config([f"data={name}"]).data, resolve=True)
 
 
-def with_finetune_data(cfg):
-    """For `finetune_from=` with no `data=` (or `experiment=`) on the command line, the run's config
-    recomposed with the checkpoint's dataset: a Fashion-MNIST checkpoint fine-tunes on Fashion-MNIST."""
+def finetune_config(cfg):
+    """The run's config for `finetune_from=`, from the command line's overrides: the checkpoint's
+    dataset unless `data=` (or `experiment=`) is given, and a refusal of `model.*` / `pos.*`
+    overrides that the checkpoint's architecture would silently replace."""
     from hydra import compose
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import get_class
@@ -36,14 +37,33 @@ def with_finetune_data(cfg):
     if not cfg.get("finetune_from") or not HydraConfig.initialized():
         return cfg
     overrides = list(HydraConfig.get().overrides.task)
-    if any(o.split("=", 1)[0].lstrip("+~") in ("data", "experiment") for o in overrides):
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    checkpoint = read_checkpoint(cfg.finetune_from)
+    refuse_architecture_overrides(cfg, keys, checkpoint["hyper_parameters"]["model"])
+    if any(key in ("data", "experiment") for key in keys):
         return cfg
-    data = read_checkpoint(cfg.finetune_from)["hyper_parameters"].get("data") or {}
+    data = checkpoint["hyper_parameters"].get("data") or {}
     name = get_class(data["_target_"]).name if "_target_" in data else None
     if name is None or name == get_class(cfg.data._target_).name:
         return cfg
     print(f"vitpos: fine-tuning on data={name}, the dataset of {cfg.finetune_from} (data=<name> picks another)")
     return compose(config_name="train", overrides=[*overrides, f"data={name}"])
+
+
+def refuse_architecture_overrides(cfg, keys: list[str], trained: dict) -> None:
+    """A fine-tune keeps the checkpoint's architecture: overridden model/pos settings that differ
+    from it are an error listing them (as resume does), not silently dropped."""
+    model_keys = set(cfg.model) if "model" in keys else {k.split(".", 1)[1] for k in keys if k.startswith("model.")}
+    changed = [f"model.{k}={cfg.model[k]} (checkpoint: {trained[k]})" for k in cfg.model
+               if k in model_keys and k in trained and trained[k] != cfg.model[k]]
+    for key in keys:
+        if key.startswith("pos.") and key != "pos.name":
+            name = key.split(".", 1)[1]
+            if trained["pos_kwargs"].get(name) != cfg.pos.get(name):
+                changed.append(f"{key}={cfg.pos.get(name)} (checkpoint: {trained['pos_kwargs'].get(name)})")
+    if changed:
+        raise ConfigError(f"fine-tuning keeps the checkpoint's architecture, but {', '.join(changed)}; drop "
+                          f"these overrides (resize_mode= picks how positions are converted)")
 
 
 def parse_options(argv: list[str], defaults: dict, doc: str, extra_keys=()) -> DictConfig:
