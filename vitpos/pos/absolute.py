@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from timm.layers import build_sincos2d_pos_embed, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 
-from .base import Grid, PositionalEncoding, axis_positions, check_choice, check_divisible
+from .base import Grid, PositionalEncoding, axis_positions, check_divisible
 from .registry import register
 
 
@@ -46,9 +46,7 @@ class Learned1d(AdditiveEncoding):
     resize_modes = ("bicubic", "bilinear")
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "bicubic"):
-        super().__init__(dim, num_heads, depth, grid)
-        check_choice("1d_learned", "resize_mode", resize_mode, self.resize_modes)
-        self.resize_mode = resize_mode
+        super().__init__(dim, num_heads, depth, grid, resize_mode)
         self.embedding = nn.Parameter(torch.zeros(1, self.grid[0] * self.grid[1], dim))  # (1, H*W, D)
         trunc_normal_(self.embedding, std=0.02)
 
@@ -62,14 +60,8 @@ class Learned1d(AdditiveEncoding):
             return self.embedding[0]
         return self.per_grid(grid, lambda: self.resampled(grid, self.resize_mode)[0])
 
-    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
-        self.check_resize_mode(mode)
-        self.resize_mode = mode or self.resize_mode
+    def resize_state(self, grid: Grid) -> None:
         self.embedding = nn.Parameter(self.resampled(grid, self.resize_mode).detach())
-        return super().resize_to(grid)
-
-    def init_kwargs(self) -> dict:
-        return {"resize_mode": self.resize_mode}
 
 
 @register("2d_learned")
@@ -83,10 +75,8 @@ class Learned2d(AdditiveEncoding):
     resize_modes = ("linear", "nearest")
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "linear"):
-        super().__init__(dim, num_heads, depth, grid)
+        super().__init__(dim, num_heads, depth, grid, resize_mode)
         check_divisible("2d_learned", dim, 2, "half the channels for rows, half for columns")
-        check_choice("2d_learned", "resize_mode", resize_mode, self.resize_modes)
-        self.resize_mode = resize_mode
         self.rows = nn.Parameter(torch.zeros(self.grid[0], dim // 2))
         self.cols = nn.Parameter(torch.zeros(self.grid[1], dim // 2))
         trunc_normal_(self.rows, std=0.02)
@@ -107,15 +97,9 @@ class Learned2d(AdditiveEncoding):
         cols = self.resampled(self.cols, width, self.resize_mode)[None, :, :].expand(height, width, -1)
         return torch.cat([rows, cols], dim=-1).reshape(height * width, self.dim)  # (H, W, D) -> (H*W, D)
 
-    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
-        self.check_resize_mode(mode)
-        self.resize_mode = mode or self.resize_mode
+    def resize_state(self, grid: Grid) -> None:
         self.rows = nn.Parameter(self.resampled(self.rows, grid[0], self.resize_mode).detach().clone())
         self.cols = nn.Parameter(self.resampled(self.cols, grid[1], self.resize_mode).detach().clone())
-        return super().resize_to(grid)
-
-    def init_kwargs(self) -> dict:
-        return {"resize_mode": self.resize_mode}
 
 
 def sincos_1d(positions: Tensor, dim: int, temperature: float = 10000.0) -> Tensor:
@@ -138,17 +122,15 @@ class FixedSincos(AdditiveEncoding):
     """
 
     resize_modes = ("extrapolate", "interpolate")
+    measures_in_ref_grid = True
     divisor = 2
     why = "sin and cos pairs"
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, temperature: float = 10000.0,
                  resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
-        super().__init__(dim, num_heads, depth, grid)
+        super().__init__(dim, num_heads, depth, grid, resize_mode, ref_grid)
         check_divisible(self.scheme_name, dim, self.divisor, self.why)
-        check_choice(self.scheme_name, "resize_mode", resize_mode, self.resize_modes)
         self.temperature = temperature
-        self.resize_mode = resize_mode
-        self.ref_grid = tuple(int(s) for s in ref_grid) if ref_grid else self.grid
         self.register_buffer("cached", self._compute(self.grid), persistent=False)
 
     def positions(self, grid: Grid) -> tuple[Tensor, Tensor]:
@@ -163,15 +145,11 @@ class FixedSincos(AdditiveEncoding):
             return self.cached
         return self._compute(grid).to(self.cached)  # the buffer's device and dtype
 
-    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
-        self.check_resize_mode(mode)
-        self.resize_mode = mode or self.resize_mode
-        kwargs = super().resize_to(grid)
+    def rebuild_buffers(self) -> None:
         self.cached = self._compute(self.grid).to(self.cached)
-        return kwargs
 
     def init_kwargs(self) -> dict:
-        return {"temperature": self.temperature, "resize_mode": self.resize_mode, "ref_grid": list(self.ref_grid)}
+        return {**super().init_kwargs(), "temperature": self.temperature}
 
 
 @register("1d_sin")

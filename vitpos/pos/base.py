@@ -32,17 +32,27 @@ class PositionalEncoding(nn.Module):
         num_heads: attention heads per layer.
         depth: number of transformer blocks.
         grid: the patch grid (H, W) the model is built (and trained) for.
+        resize_mode: the mode of the scheme's resize rule (schemes with `resize_modes`; default:
+            the first of them).
+        ref_grid: the grid positions or offsets are measured in (schemes with
+            `measures_in_ref_grid`; default: the built grid). It stays the training grid when the
+            scheme is converted to another grid.
     """
 
     scheme_name: str = ""
     resize_modes: tuple[str, ...] = ()  # modes of this scheme's resize rule; () = no state to resize
+    measures_in_ref_grid: bool = False  # whether `ref_grid` is part of the scheme's state
 
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid):
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str | None = None,
+                 ref_grid: Grid | None = None):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
         self.depth = depth
         self.grid = (int(grid[0]), int(grid[1]))
+        self.check_resize_mode(resize_mode)
+        self.resize_mode = resize_mode or (self.resize_modes[0] if self.resize_modes else None)
+        self.ref_grid = (int(ref_grid[0]), int(ref_grid[1])) if ref_grid else self.grid
         self._per_grid_cache: dict = {}
 
     def per_grid(self, key, compute: Callable[[], Tensor]) -> Tensor:
@@ -74,16 +84,29 @@ class PositionalEncoding(nn.Module):
 
     def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
         """Convert this scheme's state to `grid` in place with its resize rule (checkpoint surgery;
-        the same rule serves forward passes on other grids). Returns the constructor keyword
-        arguments (besides dim/heads/depth/grid) that rebuild the converted scheme."""
+        the same rule serves forward passes on other grids), in `mode` when given. Returns the
+        constructor keyword arguments (besides dim/heads/depth/grid) that rebuild the converted
+        scheme. Schemes implement `resize_state` and `rebuild_buffers`, not this."""
         self.check_resize_mode(mode)
-        self.grid = (int(grid[0]), int(grid[1]))
+        self.resize_mode = mode or self.resize_mode
+        new_grid = (int(grid[0]), int(grid[1]))
+        self.resize_state(new_grid)
+        self.grid = new_grid
         self._per_grid_cache.clear()
+        self.rebuild_buffers()
         return self.init_kwargs()
 
+    def resize_state(self, grid: Grid) -> None:
+        """Resample learned state from `self.grid` to `grid` with `self.resize_mode` (default: none)."""
+
+    def rebuild_buffers(self) -> None:
+        """Recompute fixed buffers derived from `self.grid`, after a resize (default: none)."""
+
     def init_kwargs(self) -> dict:
-        """Scheme-specific constructor arguments of the current state."""
-        return {}
+        """Constructor arguments of the current state: the resize mode and reference grid where the
+        scheme has them; subclasses add their own."""
+        return {**({"resize_mode": self.resize_mode} if self.resize_modes else {}),
+                **({"ref_grid": list(self.ref_grid)} if self.measures_in_ref_grid else {})}
 
     @classmethod
     def uses(cls, hook: str) -> bool:

@@ -25,7 +25,7 @@ from timm.layers import RelPosBias, gen_relative_position_index, resize_rel_pos_
 from timm.layers.pos_embed_rel import gen_relative_log_coords
 from torch import Tensor, nn
 
-from .base import Grid, PositionalEncoding, check_choice
+from .base import Grid, PositionalEncoding
 from .registry import register
 
 
@@ -40,9 +40,7 @@ class RelativePositionBias(PositionalEncoding):
     resize_modes = ("bicubic", "geometric")
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "bicubic"):
-        super().__init__(dim, num_heads, depth, grid)
-        check_choice("rel_bias", "resize_mode", resize_mode, self.resize_modes)
-        self.resize_mode = resize_mode
+        super().__init__(dim, num_heads, depth, grid, resize_mode)
         self.layers = nn.ModuleList(RelPosBias(window_size=self.grid, num_heads=num_heads) for _ in range(depth))
 
     def resampled_table(self, layer: int, grid: Grid, mode: str) -> Tensor:
@@ -68,18 +66,12 @@ class RelativePositionBias(PositionalEncoding):
         return self.per_grid((layer, tuple(grid)), lambda: self._bias_from(
             self.resampled_table(layer, grid, self.resize_mode), grid))
 
-    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
-        self.check_resize_mode(mode)
-        self.resize_mode = mode or self.resize_mode
+    def resize_state(self, grid: Grid) -> None:
         tables = [self.resampled_table(i, grid, self.resize_mode).detach() for i in range(self.depth)]
         self.layers = nn.ModuleList(
             RelPosBias(window_size=tuple(grid), num_heads=self.num_heads, device=table.device) for table in tables)
         for rel, table in zip(self.layers, tables):
             rel.relative_position_bias_table.data.copy_(table)
-        return super().resize_to(grid)
-
-    def init_kwargs(self) -> dict:
-        return {"resize_mode": self.resize_mode}
 
 
 @register("cpb")
@@ -114,11 +106,12 @@ class ContinuousPositionBias(PositionalEncoding):
         ref_grid: the grid offsets are normalised by (the training grid); default: the built grid.
     """
 
+    measures_in_ref_grid = True
+
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, hidden_dim: int = 512,
                  ref_grid: Grid | None = None):
-        super().__init__(dim, num_heads, depth, grid)
+        super().__init__(dim, num_heads, depth, grid, ref_grid=ref_grid)
         self.hidden_dim = int(hidden_dim)
-        self.ref_grid = tuple(int(s) for s in ref_grid) if ref_grid else self.grid
         self.layers = nn.ModuleList(
             nn.Sequential(nn.Linear(2, self.hidden_dim), nn.ReLU(), nn.Linear(self.hidden_dim, num_heads, bias=False))
             for _ in range(depth))
@@ -162,14 +155,12 @@ class ContinuousPositionBias(PositionalEncoding):
 
         return self.per_grid((layer, grid), compute)
 
-    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
-        kwargs = super().resize_to(grid, mode)
+    def rebuild_buffers(self) -> None:
         coords, index = self.offsets(self.grid, device=self.index.device)
         self.coords, self.index = coords.to(self.coords.dtype), index
-        return kwargs
 
     def init_kwargs(self) -> dict:
-        return {"hidden_dim": self.hidden_dim, "ref_grid": list(self.ref_grid)}
+        return {**super().init_kwargs(), "hidden_dim": self.hidden_dim}
 
     def extra_repr(self) -> str:
         return f"grid={self.grid}, ref_grid={self.ref_grid}"
@@ -221,10 +212,8 @@ class Alibi2d(PositionalEncoding):
             return self.cached
         return self.per_grid(tuple(grid), lambda: self._compute(grid).to(self.cached))
 
-    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
-        kwargs = super().resize_to(grid, mode)
+    def rebuild_buffers(self) -> None:
         self.cached = self._compute(self.grid).to(self.cached)
-        return kwargs
 
     def init_kwargs(self) -> dict:
         return {"bias_max": self.bias_max}

@@ -33,7 +33,7 @@ from timm.layers.pos_embed_sincos import freq_bands, init_random_2d_freqs
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .base import Grid, PositionalEncoding, axis_positions, check_choice
+from .base import Grid, PositionalEncoding, axis_positions
 from .registry import register
 
 
@@ -95,20 +95,18 @@ class RotaryEncoding(PositionalEncoding):
     """
 
     resize_modes = ("extrapolate", "interpolate")
+    measures_in_ref_grid = True
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float,
                  resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
-        super().__init__(dim, num_heads, depth, grid)
+        super().__init__(dim, num_heads, depth, grid, resize_mode, ref_grid)
         if dim % num_heads or (dim // num_heads) % 4:
             raise ConfigError(
                 f"pos={self.scheme_name} needs head_dim = dim / num_heads divisible by 4 (a row and a column "
                 f"rotation per channel pair); got dim={dim}, num_heads={num_heads}, head_dim={dim / num_heads:g}"
             )
-        check_choice(self.scheme_name, "resize_mode", resize_mode, self.resize_modes)
         self.head_dim = dim // num_heads
         self.theta = float(theta)
-        self.resize_mode = resize_mode
-        self.ref_grid = tuple(int(s) for s in ref_grid) if ref_grid else self.grid
 
     def positions(self, grid: Grid, device=None) -> tuple[Tensor, Tensor]:
         """Row and column coordinate of every token, (N,) each in row-major order, fp32, under the
@@ -124,13 +122,8 @@ class RotaryEncoding(PositionalEncoding):
         angles = self.angles(layer, grid)
         return HalfLayoutRotation.apply(q, angles), HalfLayoutRotation.apply(k, angles)
 
-    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
-        self.check_resize_mode(mode)
-        self.resize_mode = mode or self.resize_mode
-        return super().resize_to(grid)
-
     def init_kwargs(self) -> dict:
-        return {"theta": self.theta, "resize_mode": self.resize_mode, "ref_grid": list(self.ref_grid)}
+        return {**super().init_kwargs(), "theta": self.theta}
 
     def extra_repr(self) -> str:
         return f"grid={self.grid}, head_dim={self.head_dim}, resize_mode={self.resize_mode}, ref_grid={self.ref_grid}"
@@ -172,10 +165,8 @@ class RopeAxial(RotaryEncoding):
             return self.cached
         return self.per_grid(tuple(grid), lambda: self._compute(grid, device=self.cached.device))
 
-    def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
-        kwargs = super().resize_to(grid, mode)
+    def rebuild_buffers(self) -> None:
         self.cached = self._compute(self.grid, device=self.cached.device)
-        return kwargs
 
     def _apply(self, fn, *args, **kwargs):
         # `.to(bf16)` / `.half()` cast every floating buffer; the angles must stay fp32, so rebuild
