@@ -1,68 +1,24 @@
-"""Properties of the rotary (`rope_axial`, `rope_mixed`) and the parameter-free / continuous bias
-schemes (`alibi_2d`, `cpb`), checked against references written here, on rectangular grids so that a
-swapped H/W or a grid inferred with sqrt(N) shows up. (The model-level properties every scheme must
-have, shapes, gradients, resizing, are in test_model.py and test_resize.py.)"""
+"""Rotary schemes (`rope_axial`, `rope_mixed`): scores depend on the 2D offset only, the rotation
+matches timm's formula. Rectangular grids throughout, so a swapped H/W or a grid inferred with
+sqrt(N) shows up."""
 from __future__ import annotations
 
-import copy
-import math
 
 import pytest
 import torch
-from timm.layers.pos_embed_sincos import apply_rot_embed
 import torch.nn.functional as F
+from timm.layers.pos_embed_sincos import apply_rot_embed
 
 import vitpos
 from vitpos import ConfigError
 from vitpos.pos import create_pos
 
-PATCH = 4
-ROPES = ("rope_axial", "rope_mixed")
-
+from pos_util import assert_function_of_offset, build
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def build(pos: str, img_size, dim: int = 16, depth: int = 2, num_heads: int = 2, seed: int = 0, **kwargs):
-    torch.manual_seed(seed)
-    return vitpos.create_model(pos, img_size=img_size, num_classes=10, in_chans=3, dim=dim, depth=depth,
-                               num_heads=num_heads, patch_size=PATCH, **kwargs)
-
-
-def offsets(grid):
-    """(drow, dcol) between every query and key token, (N, N) each, row-major token order."""
-    height, width = grid
-    rows = torch.arange(height).repeat_interleave(width)
-    cols = torch.arange(width).repeat(height)
-    return rows[:, None] - rows[None, :], cols[:, None] - cols[None, :]
-
-
-def group_by_offset(values, grid):
-    """{(drow, dcol): values of every (query, key) pair with that offset} for a (N, N) tensor."""
-    drow, dcol = offsets(grid)
-    groups = {}
-    for r, c, v in zip(drow.flatten().tolist(), dcol.flatten().tolist(), values.flatten().tolist()):
-        groups.setdefault((r, c), []).append(v)
-    return groups
-
-
-def assert_function_of_offset(values, grid, atol=1e-5, min_gap=None):
-    """Every pair with the same offset has the same value (to `atol`); with `min_gap`, different
-    offsets also get values at least `min_gap` apart. Returns {offset: value}."""
-    groups = group_by_offset(values, grid)
-    assert len(groups) == (2 * grid[0] - 1) * (2 * grid[1] - 1)
-    for offset, group in groups.items():
-        assert max(group) - min(group) <= atol, (offset, group)
-    per_offset = {offset: group[0] for offset, group in groups.items()}
-    if min_gap is not None:
-        ordered = sorted(per_offset.values())
-        gap = min(b - a for a, b in zip(ordered, ordered[1:]))
-        assert gap > min_gap, f"two different offsets give (almost) the same value: gap {gap:.2e}"
-    return per_offset
-
-
-# ----------------------------------------------------------------------------------------------
-# RoPE: scores depend only on the 2D offset
+ROPES = ("rope_axial", "rope_mixed")
 
 
 def rotated_scores(pos, layer, grid, seed=0):
@@ -101,10 +57,6 @@ def test_rope_mixed_heads_and_layers_have_their_own_frequencies():
     assert not torch.allclose(freqs[:, :, 0], freqs[:, :, 1])  # heads differ
     # mixed: a pair's frequency has both an x and a y component (not axial)
     assert (freqs[0].abs() > 1e-4).float().mean() > 0.9 and (freqs[1].abs() > 1e-4).float().mean() > 0.9
-
-
-# ----------------------------------------------------------------------------------------------
-# RoPE-Axial: the formula, the layout, the fp32 angles
 
 
 def axial_angles(grid, head_dim, theta, ref_grid=None):
@@ -180,6 +132,12 @@ def test_rope_modes_interpolate_rescales_extrapolate_extends(pos):
             torch.testing.assert_close(table16[:, :8, :8], table8, atol=1e-6, rtol=0)
 
 
+# fp32 angles with sin/cos rounded once to bf16 and a bf16 multiply-add: measured 0.0013-0.0014 over
+# seeds (0.0009 for the exact rotation rounded to bf16); with the angles themselves rounded to bf16
+# (errors up to 2^-6 rad at 4.7 rad, position 15 of the second-fastest pair): 0.0029-0.0030
+BF16_ROTATION_TOLERANCE = 2 ** -9
+
+
 def bf16_rotation_error(rotated, x, grid, theta):
     """Error of a bf16 rotation of x against the fp64 one, relative to each pair's norm, averaged over
     the batch, heads and tokens: the worst channel."""
@@ -187,12 +145,6 @@ def bf16_rotation_error(rotated, x, grid, theta):
     first, second = x.double().chunk(2, dim=-1)
     pair_norm = (first ** 2 + second ** 2).sqrt().repeat(1, 1, 1, 2)
     return ((rotated.double() - reference).abs() / pair_norm).mean(dim=(0, 1, 2)).max().item()
-
-
-# fp32 angles with sin/cos rounded once to bf16 and a bf16 multiply-add: measured 0.0013-0.0014 over
-# seeds (0.0009 for the exact rotation rounded to bf16); with the angles themselves rounded to bf16
-# (errors up to 2^-6 rad at 4.7 rad, position 15 of the second-fastest pair): 0.0029-0.0030
-BF16_ROTATION_TOLERANCE = 2 ** -9
 
 
 def test_rope_axial_angles_are_fp32_under_autocast_and_in_a_bf16_model():
@@ -242,10 +194,6 @@ def test_rope_mixed_angles_are_fp32_under_autocast_and_in_a_bf16_model():
         assert model(torch.randn(1, 3, 48, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16
 
 
-# ----------------------------------------------------------------------------------------------
-# RoPE-Mixed: learned frequencies
-
-
 @pytest.mark.parametrize("pool", ["gap", "cls"])
 @pytest.mark.parametrize("size", [(32, 32), (32, 48)], ids=["built-grid", "other-grid"])
 def test_rope_mixed_frequencies_get_gradients(size, pool):
@@ -274,10 +222,6 @@ def test_rope_mixed_learning_a_frequency_changes_the_scores():
         "rope_mixed", (12, 20), dim=32).pos, 1, (3, 5)))  # layer 1 untouched
 
 
-# ----------------------------------------------------------------------------------------------
-# RoPE: configuration errors
-
-
 @pytest.mark.parametrize("dim,num_heads", [(24, 4), (40, 4), (36, 6)], ids=["hd6", "hd10", "hd6b"])
 @pytest.mark.parametrize("pos", ROPES)
 def test_rope_head_dim_not_divisible_by_4_raises_config_error(pos, dim, num_heads):
@@ -293,143 +237,3 @@ def test_rope_head_dim_not_divisible_by_4_raises_config_error(pos, dim, num_head
 def test_rope_unknown_resize_mode_raises_config_error(pos):
     with pytest.raises(ConfigError, match="choose one of extrapolate, interpolate"):
         build(pos, 32, pos_kwargs={"resize_mode": "bicubic"})
-
-
-# ----------------------------------------------------------------------------------------------
-# alibi_2d
-
-
-def euclidean(grid):
-    drow, dcol = offsets(grid)
-    return (drow.double() ** 2 + dcol.double() ** 2).sqrt()
-
-
-@pytest.mark.parametrize("heads", [1, 2, 3, 8])
-@pytest.mark.parametrize("grid", [(3, 5), (4, 7), (12, 12)], ids=["built-grid", "other-grid", "larger-grid"])
-def test_alibi_2d_is_minus_slope_times_euclidean_distance(grid, heads):
-    model = build("alibi_2d", (12, 20), dim=8 * heads, num_heads=heads)
-    assert list(model.pos.parameters()) == []
-    assert not [key for key in model.state_dict() if key.startswith("pos.")]
-    slopes = torch.tensor([2.0 ** (-8 * h / heads) for h in range(1, heads + 1)], dtype=torch.float64)
-    bias = model.pos.bias(0, grid)
-    n = grid[0] * grid[1]
-    assert bias.shape == (heads, n, n) and bias.dtype == torch.float32
-    torch.testing.assert_close(bias.double(), -slopes[:, None, None] * euclidean(grid), atol=1e-6, rtol=1e-6)
-    assert torch.equal(model.pos.bias(1, grid), bias)  # the same in every layer
-
-
-@pytest.mark.parametrize("grid", [(3, 5), (9, 6)], ids=["built-grid", "other-grid"])
-def test_alibi_2d_symmetric_zero_diagonal_more_negative_with_distance(grid):
-    model = build("alibi_2d", (12, 20), dim=16, num_heads=4)
-    bias = model.pos.bias(0, grid)
-    distance = euclidean(grid).flatten()
-    assert torch.equal(bias, bias.transpose(1, 2))
-    assert torch.equal(torch.diagonal(bias, dim1=1, dim2=2), torch.zeros(4, grid[0] * grid[1]))
-    order = torch.argsort(distance)
-    for head in bias:
-        values = head.flatten()[order].double()
-        d = distance[order]
-        steps = values[1:] - values[:-1]
-        assert (steps[d[1:] > d[:-1] + 1e-9] < 0).all()  # strictly more negative when farther
-        assert (steps[(d[1:] - d[:-1]).abs() < 1e-9].abs() < 1e-6).all()  # equal distance, equal bias
-        assert (values[1:] <= 0).all()
-    # Euclidean, not Manhattan: the diagonal neighbour (1, 1) is sqrt(2), not 2, steps away
-    torch.testing.assert_close(bias[:, 0, grid[1] + 1], math.sqrt(2) * bias[:, 0, 1])
-    # steeper heads first
-    assert (bias[:-1, 0, -1] < bias[1:, 0, -1]).all()
-
-
-# ----------------------------------------------------------------------------------------------
-# cpb
-
-
-def swinv2_inputs(grid, ref_grid):
-    """SwinV2's log-spaced MLP input for every (query, key) pair: (N, N, 2), fp64."""
-    drow, dcol = offsets(grid)
-    u = torch.stack([8 * drow.double() / (ref_grid[0] - 1), 8 * dcol.double() / (ref_grid[1] - 1)], dim=-1)
-    return torch.sign(u) * torch.log2(1 + u.abs()) / math.log2(8)
-
-
-@pytest.mark.parametrize("grid", [(3, 5), (6, 4), (9, 15)], ids=["built-grid", "other-grid", "larger-grid"])
-def test_cpb_matches_swinv2_formula(grid):
-    model = build("cpb", (12, 20), dim=16, num_heads=2)  # reference grid 3 x 5
-    for layer in range(2):
-        bias = model.pos.bias(layer, grid).detach()
-        n = grid[0] * grid[1]
-        assert bias.shape == (2, n, n)
-        mlp = copy.deepcopy(model.pos.layers[layer]).double()
-        expected = (16 * torch.sigmoid(mlp(swinv2_inputs(grid, (3, 5))))).permute(2, 0, 1)
-        torch.testing.assert_close(bias.double(), expected, atol=1e-5, rtol=0)
-        assert ((bias > 0) & (bias < 16)).all()
-
-
-@pytest.mark.parametrize("grid", [(3, 5), (9, 15), (5, 3)], ids=["built-grid", "larger-grid", "transposed-grid"])
-def test_cpb_bias_depends_only_on_offset(grid):
-    model = build("cpb", (12, 20), dim=16, num_heads=2)
-    with torch.no_grad():  # trained-like MLPs: the init's bias is 8 +- 0.03
-        for param in model.pos.parameters():
-            param.mul_(10)
-        for layer in range(2):
-            for head in model.pos.bias(layer, grid):
-                per_offset = assert_function_of_offset(head, grid, atol=0)  # one table entry per offset
-                # and offsets are told apart (not all: 16*sigmoid of a ReLU MLP in fp32 may tie a few
-                # of the 493 offsets of 9 x 15 to the last bit)
-                assert len(set(per_offset.values())) >= 0.95 * len(per_offset)
-
-
-def test_cpb_larger_grid_uses_the_same_mlp_without_resampling():
-    model = build("cpb", 32, dim=16, num_heads=2)  # 8 x 8
-    with torch.no_grad():
-        for param in model.pos.parameters():
-            param.mul_(10)
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    with torch.no_grad():
-        small = model.pos.bias(0, (8, 8))
-        large = model.pos.bias(0, (16, 12))
-        logits = model(torch.randn(2, 3, 64, 48))
-    assert torch.isfinite(logits).all()
-    # every offset the two grids share keeps exactly its bias: the same MLP on the same inputs
-    small_groups = {k: v[0] for k, v in group_by_offset(small[0], (8, 8)).items()}
-    large_groups = {k: v[0] for k, v in group_by_offset(large[0], (16, 12)).items()}
-    assert len(large_groups) > len(small_groups)
-    for offset, value in small_groups.items():
-        assert abs(large_groups[offset] - value) < 1e-6, offset
-    # offsets beyond the training range are log-extrapolated: finite, and different from the edge
-    assert abs(large_groups[(15, 11)] - large_groups[(7, 7)]) > 1e-4
-    # nothing was resampled or changed, nor is anything when converting the model to that size
-    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
-    model.resize((64, 48))
-    assert model.config["pos_kwargs"]["ref_grid"] == [8, 8]
-    assert model.state_dict().keys() == state.keys()
-    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
-    with torch.no_grad():
-        torch.testing.assert_close(model.pos.bias(0, (16, 12)), large, atol=0, rtol=0)
-    with pytest.raises(ConfigError, match="leave resize_mode unset"):
-        model.resize(32, "bicubic")
-
-
-def test_cpb_bias_is_cached_in_eval_and_follows_parameter_changes():
-    model = build("cpb", 32, dim=16, num_heads=2)
-    with torch.no_grad():
-        first = model.pos.bias(0, (12, 12))
-        assert model.pos.bias(0, (12, 12)) is first  # cached while gradients are off
-        model.pos.layers[0][2].weight.mul_(10)
-        changed = model.pos.bias(0, (12, 12))
-    assert changed is not first and (changed - first).abs().max() > 1e-3
-    trained = model.pos.bias(0, (12, 12))
-    assert trained.requires_grad  # recomputed with gradients in training
-    torch.testing.assert_close(trained.detach(), changed)
-
-
-def test_cpb_mlp_runs_in_the_parameter_dtype_under_autocast():
-    model = build("cpb", 32, dim=16, num_heads=2)
-    with torch.no_grad():
-        reference = model.pos.bias(0, (12, 12))
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        biased = model.pos.bias(1, (8, 8)), model.pos.bias(0, (12, 12))
-    assert all(b.dtype == torch.float32 for b in biased)  # not the bf16 of autocast's matmuls
-    torch.testing.assert_close(biased[1], reference, atol=0, rtol=0)
-    model = model.to(torch.bfloat16)  # a bf16 model computes its bias in bf16
-    with torch.no_grad():
-        assert model.pos.bias(0, (12, 12)).dtype == torch.bfloat16
-        assert model(torch.randn(1, 3, 48, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16

@@ -1,0 +1,245 @@
+"""Attention-bias schemes (`rel_bias`, `cpb`, `alibi_2d`): functions of the offset only, references
+written here. Rectangular grids throughout, so a swapped H/W or a grid inferred with sqrt(N) shows
+up."""
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from vitpos import ConfigError
+
+from pos_util import assert_function_of_offset, build, group_by_offset, offsets
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def assert_depends_only_on_offset(bias, grid):
+    """Every (query, key) pair with the same (drow, dcol) gets the same value, per head; returns the
+    number of distinct values per head."""
+    drow, dcol = offsets(grid)
+    key = (drow * 1000 + dcol).flatten()
+    assert key.unique().numel() == (2 * grid[0] - 1) * (2 * grid[1] - 1)
+    counts = []
+    for head in bias:
+        values = head.flatten()
+        for k in key.unique():
+            group = values[key == k]
+            torch.testing.assert_close(group, group[:1].expand_as(group), atol=0, rtol=0)
+        counts.append(torch.unique(values).numel())
+    return counts
+
+
+def test_rel_bias_depends_only_on_offset_on_built_grid():
+    grid, heads, depth = (3, 5), 2, 2
+    model = build("rel_bias", (12, 20), depth=depth, num_heads=heads)
+    biases = []
+    for layer in range(depth):
+        bias = model.pos.bias(layer, grid)
+        assert bias.shape == (heads, 15, 15)
+        counts = assert_depends_only_on_offset(bias.detach(), grid)
+        # and distinct offsets get distinct (randomly initialised) entries: no two offsets alias
+        assert counts == [(2 * grid[0] - 1) * (2 * grid[1] - 1)] * heads
+        biases.append(bias.detach())
+    assert not torch.equal(biases[0], biases[1]), "each layer has its own table"
+
+    # random pairs with equal offsets, the property as stated
+    gen = torch.Generator().manual_seed(0)
+    bias = biases[0]
+    for _ in range(50):
+        drow = int(torch.randint(-2, 3, (1,), generator=gen))
+        dcol = int(torch.randint(-4, 5, (1,), generator=gen))
+        pairs = []
+        for _ in range(2):
+            r = int(torch.randint(max(0, drow), min(3, 3 + drow), (1,), generator=gen))
+            c = int(torch.randint(max(0, dcol), min(5, 5 + dcol), (1,), generator=gen))
+            pairs.append((r * 5 + c, (r - drow) * 5 + (c - dcol)))
+        (p1, q1), (p2, q2) = pairs
+        assert torch.equal(bias[:, p1, q1], bias[:, p2, q2])
+
+
+@pytest.mark.parametrize("new_grid", [(4, 7), (2, 3), (3, 8)])
+def test_rel_bias_resized_depends_only_on_offset(new_grid):
+    built, heads, depth = (3, 5), 2, 2
+    model = build("rel_bias", (12, 20), depth=depth, num_heads=heads)
+    n = new_grid[0] * new_grid[1]
+    for layer in range(depth):
+        native = model.pos.bias(layer, built).detach()
+        bias = model.pos.bias(layer, new_grid).detach()
+        assert bias.shape == (heads, n, n)
+        assert torch.isfinite(bias).all()
+        assert_depends_only_on_offset(bias, new_grid)
+        # the zero offset (the diagonal) is the centre of the table, which a resampling keeps
+        torch.testing.assert_close(bias[:, 0, 0], native[:, 0, 0], atol=1e-6, rtol=0)
+        assert bias.std() > 0
+
+
+@pytest.mark.parametrize("new_grid", [(4, 7), (2, 3), (3, 8)])
+@pytest.mark.parametrize("axis", ["row", "col"])
+def test_rel_bias_resize_keeps_orientation(axis, new_grid):
+    """A table whose bias is the column offset (col_q - col_k) on the built grid must, resized, still
+    depend on the column offset only and increase with it (likewise for rows): resampling must not
+    transpose, flip or mix the two axes."""
+    built = (3, 5)
+    model = build("rel_bias", (12, 20), depth=1, num_heads=2)
+    rel = model.pos.layers[0]
+    drow, dcol = offsets(built)
+    wanted = (drow if axis == "row" else dcol).flatten().float()
+    with torch.no_grad():  # write the table through the module's own index, whatever its layout
+        rel.relative_position_bias_table[rel.relative_position_index] = wanted[:, None].expand(-1, 2)
+        native = model.pos.bias(0, built)
+        assert torch.equal(native, (drow if axis == "row" else dcol).float().expand(2, -1, -1))
+        bias = model.pos.bias(0, new_grid)
+    new_drow, new_dcol = offsets(new_grid)
+    along, other = (new_drow, new_dcol) if axis == "row" else (new_dcol, new_drow)
+    for head in bias:
+        assert torch.equal(torch.sign(head), torch.sign(along).float())  # zero exactly at zero offset
+        values = {}
+        for offset, value in zip(along.flatten().tolist(), head.flatten().tolist()):
+            values.setdefault(offset, []).append(value)
+        for offset, group in values.items():  # the other axis' offset does not matter
+            assert max(group) - min(group) < 1e-5, (offset, group)
+        ordered = [values[k][0] for k in sorted(values)]
+        assert all(b > a for a, b in zip(ordered, ordered[1:])), ordered
+
+
+def test_rel_bias_resized_constant_table_stays_constant():
+    model = build("rel_bias", (12, 20), depth=1, num_heads=2)
+    with torch.no_grad():
+        model.pos.layers[0].relative_position_bias_table.fill_(0.7)
+    bias = model.pos.bias(0, (4, 7))
+    torch.testing.assert_close(bias, torch.full_like(bias, 0.7))
+
+
+def euclidean(grid):
+    drow, dcol = offsets(grid)
+    return (drow.double() ** 2 + dcol.double() ** 2).sqrt()
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 8])
+@pytest.mark.parametrize("grid", [(3, 5), (4, 7), (12, 12)], ids=["built-grid", "other-grid", "larger-grid"])
+def test_alibi_2d_is_minus_slope_times_euclidean_distance(grid, heads):
+    model = build("alibi_2d", (12, 20), dim=8 * heads, num_heads=heads)
+    assert list(model.pos.parameters()) == []
+    assert not [key for key in model.state_dict() if key.startswith("pos.")]
+    slopes = torch.tensor([2.0 ** (-8 * h / heads) for h in range(1, heads + 1)], dtype=torch.float64)
+    bias = model.pos.bias(0, grid)
+    n = grid[0] * grid[1]
+    assert bias.shape == (heads, n, n) and bias.dtype == torch.float32
+    torch.testing.assert_close(bias.double(), -slopes[:, None, None] * euclidean(grid), atol=1e-6, rtol=1e-6)
+    assert torch.equal(model.pos.bias(1, grid), bias)  # the same in every layer
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (9, 6)], ids=["built-grid", "other-grid"])
+def test_alibi_2d_symmetric_zero_diagonal_more_negative_with_distance(grid):
+    model = build("alibi_2d", (12, 20), dim=16, num_heads=4)
+    bias = model.pos.bias(0, grid)
+    distance = euclidean(grid).flatten()
+    assert torch.equal(bias, bias.transpose(1, 2))
+    assert torch.equal(torch.diagonal(bias, dim1=1, dim2=2), torch.zeros(4, grid[0] * grid[1]))
+    order = torch.argsort(distance)
+    for head in bias:
+        values = head.flatten()[order].double()
+        d = distance[order]
+        steps = values[1:] - values[:-1]
+        assert (steps[d[1:] > d[:-1] + 1e-9] < 0).all()  # strictly more negative when farther
+        assert (steps[(d[1:] - d[:-1]).abs() < 1e-9].abs() < 1e-6).all()  # equal distance, equal bias
+        assert (values[1:] <= 0).all()
+    # Euclidean, not Manhattan: the diagonal neighbour (1, 1) is sqrt(2), not 2, steps away
+    torch.testing.assert_close(bias[:, 0, grid[1] + 1], math.sqrt(2) * bias[:, 0, 1])
+    # steeper heads first
+    assert (bias[:-1, 0, -1] < bias[1:, 0, -1]).all()
+
+
+def swinv2_inputs(grid, ref_grid):
+    """SwinV2's log-spaced MLP input for every (query, key) pair: (N, N, 2), fp64."""
+    drow, dcol = offsets(grid)
+    u = torch.stack([8 * drow.double() / (ref_grid[0] - 1), 8 * dcol.double() / (ref_grid[1] - 1)], dim=-1)
+    return torch.sign(u) * torch.log2(1 + u.abs()) / math.log2(8)
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (6, 4), (9, 15)], ids=["built-grid", "other-grid", "larger-grid"])
+def test_cpb_matches_swinv2_formula(grid):
+    model = build("cpb", (12, 20), dim=16, num_heads=2)  # reference grid 3 x 5
+    for layer in range(2):
+        bias = model.pos.bias(layer, grid).detach()
+        n = grid[0] * grid[1]
+        assert bias.shape == (2, n, n)
+        mlp = copy.deepcopy(model.pos.layers[layer]).double()
+        expected = (16 * torch.sigmoid(mlp(swinv2_inputs(grid, (3, 5))))).permute(2, 0, 1)
+        torch.testing.assert_close(bias.double(), expected, atol=1e-5, rtol=0)
+        assert ((bias > 0) & (bias < 16)).all()
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (9, 15), (5, 3)], ids=["built-grid", "larger-grid", "transposed-grid"])
+def test_cpb_bias_depends_only_on_offset(grid):
+    model = build("cpb", (12, 20), dim=16, num_heads=2)
+    with torch.no_grad():  # trained-like MLPs: the init's bias is 8 +- 0.03
+        for param in model.pos.parameters():
+            param.mul_(10)
+        for layer in range(2):
+            for head in model.pos.bias(layer, grid):
+                per_offset = assert_function_of_offset(head, grid, atol=0)  # one table entry per offset
+                # and offsets are told apart (not all: 16*sigmoid of a ReLU MLP in fp32 may tie a few
+                # of the 493 offsets of 9 x 15 to the last bit)
+                assert len(set(per_offset.values())) >= 0.95 * len(per_offset)
+
+
+def test_cpb_larger_grid_uses_the_same_mlp_without_resampling():
+    model = build("cpb", 32, dim=16, num_heads=2)  # 8 x 8
+    with torch.no_grad():
+        for param in model.pos.parameters():
+            param.mul_(10)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        small = model.pos.bias(0, (8, 8))
+        large = model.pos.bias(0, (16, 12))
+        logits = model(torch.randn(2, 3, 64, 48))
+    assert torch.isfinite(logits).all()
+    # every offset the two grids share keeps exactly its bias: the same MLP on the same inputs
+    small_groups = {k: v[0] for k, v in group_by_offset(small[0], (8, 8)).items()}
+    large_groups = {k: v[0] for k, v in group_by_offset(large[0], (16, 12)).items()}
+    assert len(large_groups) > len(small_groups)
+    for offset, value in small_groups.items():
+        assert abs(large_groups[offset] - value) < 1e-6, offset
+    # offsets beyond the training range are log-extrapolated: finite, and different from the edge
+    assert abs(large_groups[(15, 11)] - large_groups[(7, 7)]) > 1e-4
+    # nothing was resampled or changed, nor is anything when converting the model to that size
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    model.resize((64, 48))
+    assert model.config["pos_kwargs"]["ref_grid"] == [8, 8]
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    with torch.no_grad():
+        torch.testing.assert_close(model.pos.bias(0, (16, 12)), large, atol=0, rtol=0)
+    with pytest.raises(ConfigError, match="leave resize_mode unset"):
+        model.resize(32, "bicubic")
+
+
+def test_cpb_bias_is_cached_in_eval_and_follows_parameter_changes():
+    model = build("cpb", 32, dim=16, num_heads=2)
+    with torch.no_grad():
+        first = model.pos.bias(0, (12, 12))
+        assert model.pos.bias(0, (12, 12)) is first  # cached while gradients are off
+        model.pos.layers[0][2].weight.mul_(10)
+        changed = model.pos.bias(0, (12, 12))
+    assert changed is not first and (changed - first).abs().max() > 1e-3
+    trained = model.pos.bias(0, (12, 12))
+    assert trained.requires_grad  # recomputed with gradients in training
+    torch.testing.assert_close(trained.detach(), changed)
+
+
+def test_cpb_mlp_runs_in_the_parameter_dtype_under_autocast():
+    model = build("cpb", 32, dim=16, num_heads=2)
+    with torch.no_grad():
+        reference = model.pos.bias(0, (12, 12))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        biased = model.pos.bias(1, (8, 8)), model.pos.bias(0, (12, 12))
+    assert all(b.dtype == torch.float32 for b in biased)  # not the bf16 of autocast's matmuls
+    torch.testing.assert_close(biased[1], reference, atol=0, rtol=0)
+    model = model.to(torch.bfloat16)  # a bf16 model computes its bias in bf16
+    with torch.no_grad():
+        assert model.pos.bias(0, (12, 12)).dtype == torch.bfloat16
+        assert model(torch.randn(1, 3, 48, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16
