@@ -142,7 +142,7 @@ def write_tiny_fashion_mnist(folder, train: int, test: int, seed: int = 0) -> di
 def test_fashion_mnist_reads_debian_idx_files(tmp_path):
     arrays = write_tiny_fashion_mnist(tmp_path, train=12, test=5)
     datamodule = FashionMNISTDataModule(system_dir=str(tmp_path), data_dir=str(tmp_path / "unused"),
-                                        val_size=2, download=False)
+                                        val_size=2, download=False, batch_size=4)
     datamodule.setup()
     assert datamodule.test_set.images.shape == (5, 1, 28, 28)
     assert torch.equal(datamodule.test_set.images[:, 0], torch.as_tensor(arrays["t10k"][0], dtype=torch.uint8))
