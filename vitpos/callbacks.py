@@ -139,6 +139,14 @@ class ProgressBar(TQDMProgressBar):
         super().__init__()
         self.smoothing, self.images_per_s, self._last = smoothing, None, None
 
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
+        bar = self.train_progress_bar
+        if bar.total is None or bar.total == float("inf"):  # resumed mid-epoch: Lightning's bar has no total
+            bar.reset(total=trainer.num_training_batches)
+            bar.n = batch_idx
+            bar.set_description(f"Epoch {trainer.current_epoch}")
+        super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
         now = time.perf_counter()
         if self._last is not None:
