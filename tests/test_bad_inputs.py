@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import vitpos
 from vitpos import VitposError
 from vitpos.data import read_idx
 from vitpos.evaluate import main as evaluate_main
@@ -62,3 +63,9 @@ def test_truncated_idx_file_names_the_file(cut, tmp_path):
     path.write_bytes(gzip.compress(whole)[:cut] if cut < 50 else gzip.compress(whole[:cut]))
     with pytest.raises(VitposError, match=f"cannot read {path}: truncated or corrupt"):
         read_idx(path)
+
+
+@pytest.mark.parametrize("img_size", [0, -8, (32, 0), "abc", 32.5])
+def test_create_model_refuses_a_size_that_is_no_grid(img_size):
+    with pytest.raises(VitposError, match="must be a positive integer"):
+        vitpos.create_model("none", img_size=img_size)
