@@ -175,11 +175,11 @@ def _accuracy_chart(rows: list[dict], path: Path) -> None:
         spread = max(m + s for m, s in zip(means, stds)) - min(m - s for m, s in zip(means, stds))
         axes.set_ylim(min(m - s for m, s in zip(means, stds)) - max(1, 0.2 * spread),
                       min(100, max(m + s for m, s in zip(means, stds)) + max(1, 0.2 * spread)))
-        axes.set_title("Test accuracy by scheme (mean ± std over seeds; y-axis not from zero)")
+        axes.set_title("Test accuracy by scheme, mean ± std over seeds\n(the y-axis does not start at zero)", fontsize=10)
     else:
         axes.bar(x, means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8, label="test")
         axes.set_ylim(0, 100)
-        axes.set_title("Test accuracy by scheme")
+        axes.set_title("Test accuracy by scheme", fontsize=10)
     axes.set_xticks(list(x), labels, fontsize=7)
     axes.set_ylabel("top-1 test accuracy (%)")
     axes.legend(loc="lower right")
