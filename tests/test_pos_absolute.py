@@ -28,19 +28,6 @@ def vaswani_reference(grid, dim, temperature=10000.0):
     return torch.tensor(table, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("img_size", [(12, 20), 32], ids=["built-grid", "other-grid"])
-def test_1d_sin_matches_vaswani_formula(img_size):
-    grid, dim = (3, 5), 16
-    model = build("1d_sin", img_size, dim=dim)
-    table = model.pos.table(grid)
-    assert table.shape == (15, dim)
-    assert table.dtype == torch.float32
-    torch.testing.assert_close(table.double(), vaswani_reference(grid, dim), atol=1e-5, rtol=0)
-    # the `add` hook adds exactly this table
-    x = torch.randn(2, 15, dim)
-    torch.testing.assert_close(model.pos.add(x, grid), x + table)
-
-
 def sincos2d_reference(grid, dim, temperature=10000.0):
     height, width = grid
     quarter = dim // 4
@@ -53,13 +40,16 @@ def sincos2d_reference(grid, dim, temperature=10000.0):
     return torch.tensor(table, dtype=torch.float64)
 
 
+@pytest.mark.parametrize("pos, reference", [("1d_sin", vaswani_reference), ("2d_sin", sincos2d_reference)])
 @pytest.mark.parametrize("img_size", [(12, 20), 32], ids=["built-grid", "other-grid"])
-def test_2d_sin_matches_reference_layout(img_size):
+def test_sincos_tables_match_their_reference(pos, reference, img_size):
     grid, dim = (3, 5), 16
-    model = build("2d_sin", img_size, dim=dim)
+    model = build(pos, img_size, dim=dim)
     table = model.pos.table(grid)
-    assert table.shape == (15, dim)
-    torch.testing.assert_close(table.double(), sincos2d_reference(grid, dim), atol=1e-5, rtol=0)
+    assert table.shape == (15, dim) and table.dtype == torch.float32
+    torch.testing.assert_close(table.double(), reference(grid, dim), atol=1e-5, rtol=0)
+    x = torch.randn(2, 15, dim)  # the `add` hook adds exactly this table
+    torch.testing.assert_close(model.pos.add(x, grid), x + table)
 
 
 def test_2d_sin_half_the_channels_depend_on_row_only():
