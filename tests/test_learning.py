@@ -10,7 +10,7 @@ from conftest import compose_config
 from vitpos.train import train
 
 BUDGET = ["data=synthetic", "model=vit_micro", "data.num_train=2560", "data.val_size=256", "data.num_test=512",
-          "trainer.max_epochs=40", "optim.lr=2e-3", "optim.warmup_steps=20", "seed=42"]
+          "trainer.max_epochs=40", "optim.lr=2e-3", "optim.warmup_steps=20", "seed=42", "figures_at_end=false"]
 
 
 @pytest.fixture(scope="module")
