@@ -1,4 +1,5 @@
-"""`train(cfg)`: the whole training run from a composed Hydra config; `train.py` wraps it."""
+"""`train(cfg)`: the whole training run from a composed Hydra config; `python -m vitpos` (and
+`train.py`) wrap it."""
 from __future__ import annotations
 
 import json
@@ -10,12 +11,12 @@ from pathlib import Path
 
 import hydra
 import lightning as L
+from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
-from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
-from timm.layers import to_2tuple
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+from timm.layers import to_2tuple
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from .callbacks import AtomicCheckpointIO, LastCheckpoint, PositionalFigures, ProgressBar, RNGStateInCheckpoint
