@@ -68,7 +68,8 @@ def test_real_ddp_launch_writes_one_run(tmp_path):
 @pytest.mark.slow
 def test_nan_on_one_rank_stops_the_whole_job(tmp_path):
     result = train_py(tmp_path, "trainer.max_steps=20", "+callbacks.nan._target_=interrupt.NaNLossAtStep",
-                      "+callbacks.nan.step=2", "+callbacks.nan.rank=1")
-    assert result.returncode == 2
+                      "+callbacks.nan.step=6", "+callbacks.nan.rank=1", "optim.check_finite_every=4")
+    assert result.returncode == 2  # both ranks stopped (a hang would time out instead)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert errors and "non-finite training loss at step 2" in errors[0]
+    # NaN from step 6 on rank 1; checks after steps 3, 7, ...: the check after step 7 stops the job
+    assert errors and "non-finite training loss between steps 4 and 7" in errors[0]

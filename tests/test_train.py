@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import hydra
+import lightning as L
 import pytest
 import torch
 from hydra.errors import MissingConfigException
@@ -162,3 +163,27 @@ def test_schedule_length_is_the_number_of_optimizer_steps(limits, make_config, t
     with mock.patch("vitpos.train.ImageClassifier", Capture):
         train(cfg)
     assert captured["total"] == captured["taken"] > 0
+
+
+class PoisonFromStep(L.Callback):
+    """Every training batch from optimizer step `step` on is NaN."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step >= self.step:
+            batch[0].fill_(float("nan"))
+
+
+@pytest.mark.parametrize("every, poison, message", [
+    (3, 1, "between steps 0 and 2"),  # caught at the first check, after step 2
+    (1, 4, "at step 4"),              # checked every step
+    (4, 9, "between steps 8 and 9"),  # the last step (9 of 0..9) is always checked
+])
+def test_non_finite_loss_stops_at_the_next_check(every, poison, message, make_config, tiny_overrides):
+    cfg = make_config([*tiny_overrides, "trainer.max_steps=10", f"optim.check_finite_every={every}",
+                       "test_after_fit=false", "trainer.limit_val_batches=0",
+                       "+callbacks.nan._target_=test_train.PoisonFromStep", f"+callbacks.nan.step={poison}"])
+    with pytest.raises(vitpos.VitposError, match=f"non-finite training loss {message} "):
+        train(cfg)

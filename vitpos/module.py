@@ -46,19 +46,23 @@ class ImageClassifier(L.LightningModule):
             2019; one of the two per batch when both are on); 0 and 0 train on the plain batch.
         data: the data config (`_target_` and arguments), kept in the checkpoint so evaluation
             can rebuild the dataset.
+        check_finite_every: steps between checks of the training loss for NaN/inf (each check is a
+            host sync; a non-finite loss stops the run at the next check).
         compile: compile the model with `torch.compile` (in place, so checkpoints keep their keys).
     """
 
     def __init__(self, model: dict, lr: float = 1e-3, weight_decay: float = 0.05,
                  betas: tuple[float, float] = (0.9, 0.999), warmup_steps: int = 500, min_lr_ratio: float = 0.01,
                  label_smoothing: float = 0.1, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
-                 data: dict | None = None, compile: bool = False):
+                 check_finite_every: int = 50, data: dict | None = None, compile: bool = False):
         super().__init__()
         for name, value in (("lr", lr), ("weight_decay", weight_decay), ("warmup_steps", warmup_steps),
                             ("label_smoothing", label_smoothing), ("mixup_alpha", mixup_alpha),
                             ("cutmix_alpha", cutmix_alpha)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"optim.{name}={value!r} must be a non-negative number")
+        if isinstance(check_finite_every, bool) or not isinstance(check_finite_every, int) or check_finite_every < 1:
+            raise ConfigError(f"optim.check_finite_every={check_finite_every!r} must be a positive integer")
         self.save_hyperparameters()
         self.model = create_model(**model)
         if compile:
@@ -81,6 +85,9 @@ class ImageClassifier(L.LightningModule):
         self.val_metrics = metrics("val/")
         self.test_metrics = metrics("test/")
         self.val_acc_best = MaxMetric()
+        self._nonfinite: Tensor | None = None  # non-finite losses since the last check (on the device)
+        self._total_steps = 1
+        self._checked_step = -1  # the last step whose loss was checked
 
     def setup(self, stage: str) -> None:
         """Count the training FLOPs of one batch (on the meta device: no compute), so Lightning's
@@ -114,15 +121,26 @@ class ImageClassifier(L.LightningModule):
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         loss = self._step(batch, self.train_metrics, "train")
-        # Every rank learns whether any rank's loss is non-finite, so all stop together (no hang in
-        # the gradient all-reduce) with a message naming the step.
-        bad = self.trainer.strategy.reduce((~torch.isfinite(loss.detach())).float(), reduce_op="sum")
-        if bad > 0:
-            raise NonFiniteLossError(f"non-finite training loss at step {self.global_step} (epoch {self.current_epoch}, "
-                                     f"batch {batch_idx}) on {int(bad)} rank(s); lower optim.lr, keep "
-                                     f"trainer.gradient_clip_val, or try trainer.precision=32-true")
+        self.check_finite(loss)
         self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
+
+    def check_finite(self, loss: Tensor) -> None:
+        """Stop every rank together (no hang in the gradient all-reduce) once any rank's loss has
+        been non-finite. The flag is kept on the device and read every `check_finite_every` steps
+        and at the last step: reading it is a host sync, which stalls a GPU's queue."""
+        nonfinite = (~torch.isfinite(loss.detach())).float()
+        self._nonfinite = nonfinite if self._nonfinite is None else self._nonfinite + nonfinite
+        step, every = self.global_step, self.hparams.check_finite_every
+        if (step + 1) % every and step + 1 < self._total_steps:
+            return
+        bad = self.trainer.strategy.reduce(self._nonfinite, reduce_op="sum")  # non-finite steps, all ranks
+        first, self._nonfinite, self._checked_step = self._checked_step + 1, None, step
+        if bad > 0:
+            where = f"at step {step}" if first == step else f"between steps {first} and {step}"
+            raise NonFiniteLossError(f"non-finite training loss {where} (epoch {self.current_epoch}; "
+                                     f"{int(bad)} rank-step(s), checked every optim.check_finite_every={every}); "
+                                     f"lower optim.lr, keep trainer.gradient_clip_val, or try trainer.precision=32-true")
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._step(batch, self.val_metrics, "val")
@@ -132,6 +150,7 @@ class ImageClassifier(L.LightningModule):
 
     def on_train_start(self) -> None:
         self.val_acc_best.reset()
+        self._checked_step = self.global_step - 1  # a resumed run checks from where it starts
 
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking:
@@ -168,7 +187,7 @@ class ImageClassifier(L.LightningModule):
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameter_groups(), lr=self.hparams.lr, betas=tuple(self.hparams.betas))
-        total_steps = self.total_steps()
+        total_steps = self._total_steps = self.total_steps()
         warmup_steps = max(1, min(self.hparams.warmup_steps, total_steps // 10))
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps, self.hparams.min_lr_ratio))
