@@ -67,8 +67,8 @@ finetune() {
 tables() {
   local archive=docs/results/study_logs
   rm -rf "$archive" && mkdir -p "$archive"
-  (cd "$LOGS" && find fmnist_cpu fmnist_finetune -path '*/checkpoints' -prune -o -type f -print 2>/dev/null |
-     grep -v -e '\.ckpt$' -e '\.png$' | tar -cf - -T -) | tar -xf - -C "$archive"
+  (cd "$LOGS" && find $(ls -d fmnist_cpu fmnist_finetune 2> /dev/null) -path '*/checkpoints' -prune -o -type f \
+     -print | grep -v -e '\.ckpt$' -e '\.png$' | tar -cf - -T -) | tar -xf - -C "$archive"
   python -m vitpos.compare "$archive/fmnist_cpu" out=docs/results/fmnist_cpu
   if [ -d "$archive/fmnist_finetune" ]; then
     python -m vitpos.compare "$archive/fmnist_finetune" out=docs/results/fmnist_finetune
