@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -14,6 +13,7 @@ import lightning as L
 from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from timm.layers import to_2tuple
@@ -169,11 +169,6 @@ def instantiate(config, **kwargs):
         raise
 
 
-def trainer_is_rank_zero() -> bool:
-    """Rank 0 before the Trainer exists (the launcher's environment says which rank this is)."""
-    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))) == 0
-
-
 def to_container(value):
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
@@ -194,7 +189,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         module = ImageClassifier(model=source.config, data=data_cfg, compile=cfg.model.get("compile", False),
                                  **cfg.optim)
         module.model.load_state_dict(source.state_dict())
-        if trainer_is_rank_zero():
+        if rank_zero_only.rank == 0:  # before the Trainer exists: Lightning's rank from the launcher's environment
             old_grid = "x".join(str(s // source.patch_size) for s in to_2tuple(trained_size))
             mode = source.config["pos_kwargs"].get("resize_mode") or "the scheme's resize rule"
             print(f"vitpos: fine-tuning {cfg.finetune_from} ({cfg.pos.name}): grid {old_grid} -> "
