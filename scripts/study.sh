@@ -3,6 +3,8 @@
 #   bash scripts/study.sh runs       # SCHEMES x SEEDS: train with experiment=fmnist_cpu, then evaluate
 #                                    # at 28/44/56 px with no fine-tune (both modes where a scheme has two)
 #   bash scripts/study.sh finetune   # a short fine-tune at 56 px of every finished run (FINETUNE_SEEDS)
+#   bash scripts/study.sh mixed      # MIXED_SCHEMES x SEEDS trained at MIXED_SIZES (one size per step),
+#                                    # then they and their single-size twins evaluated at 20/28/44/56 px
 #   bash scripts/study.sh tables     # docs/results/fmnist_cpu*/ from the logs, and the logs' light files
 #                                    # (no checkpoints) archived to docs/results/study_logs/
 #   bash scripts/study.sh all
@@ -13,6 +15,10 @@ set -euo pipefail
 SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
 SEEDS=${SEEDS:-0,1,2}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
+MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
+MIXED_SIZES="[20,28,36,44]"   # 0.71x..1.57x of 28 px, tokens per step capped at a 28 px step's (batch_by_tokens)
+MIXED_TAG=train20-28-36-44px
+MIXED_EVAL="[20,28,44,56]"    # 0.71x, 1x, 1.57x, 2x
 LOGS=${LOGS:-logs}
 STUDY=$LOGS/fmnist_cpu
 FINETUNED=$LOGS/fmnist_finetune
@@ -24,15 +30,15 @@ finished() { compgen -G "$1/version_*/results.json" > /dev/null; }
 latest() { ls -d "$1"/version_* | sort -t_ -k2 -n | tail -n 1; }
 say() { echo "[study $(date +%H:%M:%S)] $*"; }
 
-evaluate() {  # run folder, scheme: no-fine-tune transfer, logged into the run's TensorBoard
-  local version mode
+evaluate() {  # run folder, scheme[, sizes, output prefix]: no-fine-tune transfer, logged into the run's TensorBoard
+  local version mode sizes=${3:-$SIZES} prefix=${4:-transfer}
   version=$(latest "$1")
   for mode in default interpolate; do
     [ $mode = default ] || [[ $TWO_MODES == *" $2 "* ]] || continue
-    [ -f "$version/transfer_$mode/resolution.csv" ] && continue
-    say "evaluate $version ($mode)"
-    python -m vitpos.evaluate ckpt="$(ls "$version"/checkpoints/best-*.ckpt)" img_sizes="$SIZES" \
-      out="$version/transfer_$mode" $([ $mode = default ] || echo resize_mode=$mode)
+    [ -f "$version/${prefix}_$mode/resolution.csv" ] && continue
+    say "evaluate $version ($mode, $sizes)"
+    python -m vitpos.evaluate ckpt="$(ls "$version"/checkpoints/best-*.ckpt)" img_sizes="$sizes" \
+      out="$version/${prefix}_$mode" $([ $mode = default ] || echo resize_mode=$mode)
   done
 }
 
@@ -64,6 +70,23 @@ finetune() {
   done
 }
 
+mixed() {
+  local seed pos run
+  for seed in ${SEEDS//,/ }; do
+    for pos in ${MIXED_SCHEMES//,/ }; do
+      run=$STUDY/${pos}_fashion_mnist_28px_${MIXED_TAG}_seed$seed
+      if ! finished "$run"; then
+        say "train $run"
+        python train.py experiment=fmnist_cpu pos="$pos" seed="$seed" paths.log_dir="$LOGS" $QUIET \
+          train_img_sizes="$MIXED_SIZES" batch_by_tokens=true
+      fi
+      evaluate "$run" "$pos" "$MIXED_EVAL" mixed_eval
+      finished "$STUDY/${pos}_fashion_mnist_28px_seed$seed" &&
+        evaluate "$STUDY/${pos}_fashion_mnist_28px_seed$seed" "$pos" "$MIXED_EVAL" mixed_eval
+    done
+  done
+}
+
 tables() {
   local archive=docs/results/study_logs
   rm -rf "$archive" && mkdir -p "$archive"
@@ -78,7 +101,8 @@ tables() {
 case ${1:-all} in
   runs) runs ;;
   finetune) finetune ;;
+  mixed) mixed ;;
   tables) tables ;;
   all) runs; finetune; tables ;;
-  *) echo "error: unknown step '${1}'; use one of runs, finetune, tables, all" >&2; exit 2 ;;
+  *) echo "error: unknown step '${1}'; use one of runs, finetune, mixed, tables, all" >&2; exit 2 ;;
 esac

@@ -28,6 +28,11 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("data.augment=foo", "data.augment='foo' is not one of"),
     ("data.batch_size=4096", "fewer than one batch"),
     ("paths.log_dir=/proc/vitpos-cannot-write-here", "cannot write to paths.log_dir"),
+    ("train_img_sizes=[24,0]", "train_img_sizes entry 0 must be a positive integer"),
+    ("train_img_sizes=[24,30]", "image size 30x30 is not divisible by the patch size 4"),
+    ("train_img_sizes=abc", "train_img_sizes='abc' must be a non-empty list"),
+    ("data.device_resident=yes", "data.device_resident='yes' must be auto, true or false"),
+    ("data.augment=randaugment data.device_resident=true", "runs per sample in DataLoader workers"),
 ]
 
 
@@ -35,7 +40,7 @@ BAD_TRAINING = [  # (override, words the message must contain)
 def test_bad_training_input_is_a_user_error_and_leaves_no_run(override, message, make_config, tiny_overrides,
                                                               tmp_path):
     with pytest.raises(VitposError, match=message.replace("(", r"\(")):
-        train(make_config([*tiny_overrides, override]))
+        train(make_config([*tiny_overrides, *override.split()]))
     logs = tmp_path / "logs"
     assert not logs.exists() or not list(logs.rglob("version_*")), "a run that never trained left a folder"
 

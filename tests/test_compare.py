@@ -15,7 +15,7 @@ from vitpos.compare import compare, group_runs
 from vitpos.runs import RESULTS_FILE
 from vitpos.train import train
 
-KEY = dict(experiment="e", data="d", img_size=28, finetuned_from="-", model="m", lr=0.001, batch_size=8, epochs=1)
+KEY = dict(experiment="e", data="d", img_size=28, train_sizes="-", finetuned_from="-", model="m", lr=0.001, batch_size=8, epochs=1)
 
 
 def run_row(pos: str, seed: int, test_acc, **extra) -> dict:
@@ -26,16 +26,17 @@ def run_row(pos: str, seed: int, test_acc, **extra) -> dict:
 def test_grouping_and_statistics_match_hand_computed_values():
     rows = [run_row("a", 0, 0.80, **{"test_acc@42px": 0.5}), run_row("a", 1, 0.84, **{"test_acc@42px": 0.7}),
             run_row("a", 2, 0.85, **{"test_acc@42px": 0.6}), run_row("b", 0, 0.70),
-            dict(run_row("a", 3, 0.10), lr=0.1)]  # another lr: another group, even with the same scheme
-    groups = {(g["pos"], g["lr"]): g for g in group_runs(rows)}
-    assert set(groups) == {("a", 0.001), ("b", 0.001), ("a", 0.1)}
-    a = groups["a", 0.001]
+            dict(run_row("a", 3, 0.10), lr=0.1),  # another lr: another group, even with the same scheme
+            dict(run_row("a", 4, 0.20), train_sizes="20-28px")]  # mixed-resolution training: another group
+    groups = {(g["pos"], g["lr"], g["train_sizes"]): g for g in group_runs(rows)}
+    assert set(groups) == {("a", 0.001, "-"), ("b", 0.001, "-"), ("a", 0.1, "-"), ("a", 0.001, "20-28px")}
+    a = groups["a", 0.001, "-"]
     assert a["n"] == 3 and a["seeds"] == "0 1 2"
     assert a["test_acc_mean"] == pytest.approx(0.83)  # (0.80 + 0.84 + 0.85) / 3
     # sample std: sqrt(((-0.03)^2 + 0.01^2 + 0.02^2) / 2) = sqrt(0.0007)
     assert a["test_acc_std"] == pytest.approx(0.0265, abs=1e-4)
     assert a["test_acc@42px_mean"] == pytest.approx(0.6) and a["test_acc@42px_std"] == pytest.approx(0.1)
-    assert groups["b", 0.001]["n"] == 1 and groups["b", 0.001]["test_acc_std"] == ""  # no spread from one run
+    assert groups["b", 0.001, "-"]["n"] == 1 and groups["b", 0.001, "-"]["test_acc_std"] == ""  # no spread from one run
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Datasets: the real CIFAR-10 on-disk format, the missing-data message, the synthetic task and
-the batched augmentation."""
+the batched augmentation, the device-resident batches."""
 from __future__ import annotations
 
 import pickle
@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from vitpos import DataNotFoundError
-from vitpos.data import (CIFAR10_FOLDER, DIRECTIONS, CIFAR10DataModule, FashionMNISTDataModule,
+from vitpos.data import (CIFAR10_FOLDER, DIRECTIONS, CIFAR10DataModule, DeviceBatches, FashionMNISTDataModule,
                          SyntheticDataModule, make_synthetic, random_crop_flip)
+from vitpos.errors import ConfigError
 
 
 def write_tiny_cifar10(root, per_batch: int = 8, seed: int = 0):
@@ -149,3 +150,100 @@ def test_fashion_mnist_reads_debian_idx_files(tmp_path):
     assert datamodule.test_set.labels.tolist() == arrays["t10k"][1].tolist()
     assert len(datamodule.train_set) + len(datamodule.val_set) == 12
     assert datamodule.preprocess(datamodule.test_set.images, train=False).shape == (5, 1, 32, 32)
+
+
+class _Trainer:
+    """What the DataModule reads of a Trainer: rank, world size, the device, whether it trains."""
+
+    def __init__(self, rank: int = 0, world_size: int = 1):
+        self.global_rank, self.world_size, self.training, self.global_step = rank, world_size, True, 0
+        self.strategy = type("Strategy", (), {"root_device": torch.device("cpu")})()
+
+
+def epoch_batches(datamodule, epoch: int, stop_after: int | None = None, state: dict | None = None):
+    """One training epoch's batches (a new loader, at `state`'s position if given) and the final position."""
+    loader = datamodule.train_dataloader()
+    if state is not None:
+        loader.load_state_dict(state)
+    loader.sampler.set_epoch(epoch)
+    batches = []
+    for images, labels in loader:
+        datamodule.on_after_batch_transfer((images, labels), 0)  # counts the consumed samples, as in training
+        batches.append((images.clone(), labels.clone()))
+        if len(batches) == stop_after:
+            break
+    return batches, loader.state_dict()
+
+
+@pytest.mark.parametrize("rank, world_size", [(0, 1), (1, 2)])
+def test_device_resident_batches_equal_the_dataloaders_and_resume_mid_epoch(rank, world_size):
+    def datamodule(device_resident):
+        module = SyntheticDataModule(num_train=700, num_test=64, val_size=100, batch_size=64,
+                                     device_resident=device_resident, shuffle_seed=3)
+        module.trainer = _Trainer(rank, world_size)
+        module.setup()
+        return module
+
+    loader_path, device_path = datamodule(False), datamodule(True)
+    assert isinstance(device_path.train_dataloader(), DeviceBatches)
+    assert not isinstance(loader_path.train_dataloader(), DeviceBatches)
+    assert len(device_path.train_dataloader()) == len(loader_path.train_dataloader()) == (600 // world_size) // 64
+    for epoch in (0, 1):
+        expected, _ = epoch_batches(loader_path, epoch)
+        got, _ = epoch_batches(device_path, epoch)
+        assert len(got) == len(expected) and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                                                 for a, b in zip(got, expected))
+    # stop after 2 batches of epoch 1, restore the position in a new DataModule: the rest of the epoch follows
+    _, state = epoch_batches(device_path, 1, stop_after=2)
+    assert state == {"epoch": 1, "consumed": 128}
+    rest, _ = epoch_batches(datamodule(True), 1, state=state)
+    full, _ = epoch_batches(loader_path, 1)
+    assert len(rest) == len(full) - 2 and all(torch.equal(a[0], b[0]) for a, b in zip(rest, full[2:]))
+
+
+def test_device_resident_is_auto_on_cuda_only_and_refuses_per_sample_policies():
+    module = SyntheticDataModule(num_train=300, val_size=100, batch_size=64)
+    module.trainer = _Trainer()
+    module.setup()
+    assert not isinstance(module.train_dataloader(), DeviceBatches)  # auto on a CPU device: the DataLoader
+    with pytest.raises(ConfigError, match="device_resident=false"):
+        SyntheticDataModule(augment="randaugment", device_resident=True)
+    with pytest.raises(ConfigError, match="auto, true or false"):
+        SyntheticDataModule(device_resident="yes")
+
+
+def test_mixed_resolution_draws_one_size_per_step_from_seed_and_step_only():
+    sizes = [24, 32, [40, 48]]
+    module = SyntheticDataModule(img_size=32, train_img_sizes=sizes, shuffle_seed=7, num_train=300, val_size=100,
+                                 batch_size=64)
+    draws = [module.train_size(step) for step in range(60)]
+    assert set(draws) == {(24, 24), (32, 32), (40, 48)}
+    again = SyntheticDataModule(img_size=32, train_img_sizes=sizes, shuffle_seed=7)
+    assert [again.train_size(step) for step in range(60)] == draws  # same on every rank and after a resume
+    other_seed = SyntheticDataModule(img_size=32, train_img_sizes=sizes, shuffle_seed=8)
+    assert [other_seed.train_size(step) for step in range(60)] != draws
+    assert SyntheticDataModule(img_size=32).train_size(5) == (32, 32)
+
+    module.trainer = _Trainer()
+    module.setup()
+    images, labels = next(iter(module.train_dataloader()))
+    for step in range(6):
+        module.trainer.global_step = step
+        batch, batch_labels = module.on_after_batch_transfer((images, labels), 0)
+        assert tuple(batch.shape[-2:]) == draws[step] and len(batch_labels) == 64
+    module.trainer.training = False  # validation and test stay at img_size
+    assert module.on_after_batch_transfer((images, labels), 0)[0].shape[-2:] == (32, 32)
+
+
+def test_batch_by_tokens_caps_the_tokens_of_a_step():
+    module = SyntheticDataModule(img_size=32, train_img_sizes=[16, 64], batch_by_tokens=True, num_train=300,
+                                 val_size=100, batch_size=64)
+    module.trainer = _Trainer()
+    module.setup()
+    images, labels = next(iter(module.train_dataloader()))
+    seen = {}
+    for step in range(20):
+        module.trainer.global_step = step
+        batch, batch_labels = module.on_after_batch_transfer((images, labels), 0)
+        seen[batch.shape[-1]] = (len(batch), len(batch_labels))
+    assert seen == {16: (64, 64), 64: (16, 16)}  # 64 x (32/64)^2 = 16 images at 64 px; no more than 64 at 16 px

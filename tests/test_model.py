@@ -108,6 +108,28 @@ def test_gradient_reaches_every_positional_parameter(pos, pool, size):
             assert param.grad.abs().max() > 0, f"pos.{name} gets an all-zero gradient"
 
 
+@pytest.mark.parametrize("pos", SCHEMES)
+def test_mixed_resolution_steps_train_the_native_state(pos):
+    """Mixed-resolution training (steps at 24, 32, 40 px of a model built at 32): every size
+    reaches the same parameters; positional parameters keep their native shapes (a learned table is
+    resampled inside the forward pass and its gradient flows back to the native table); fixed
+    tables are recomputed per grid, never overwritten."""
+    model = make(pos, 32)
+    shapes = {name: param.shape for name, param in model.named_parameters()}
+    buffers = {name: buffer.clone() for name, buffer in model.pos.named_buffers()}
+    reached = {}
+    for size in (24, 32, 40):
+        model.zero_grad(set_to_none=True)
+        loss_of(model, images(size, size)).backward()
+        reached[size] = {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().max() > 0}
+    assert reached[24] == reached[32] == reached[40]
+    assert {f"pos.{name}" for name, _ in model.pos.named_parameters()} <= reached[40]
+    assert {name: param.shape for name, param in model.named_parameters()} == shapes
+    assert model.grid == (8, 8)
+    after = dict(model.pos.named_buffers())
+    assert after.keys() == buffers.keys() and all(torch.equal(after[n], buffers[n]) for n in buffers)
+
+
 @pytest.mark.parametrize("pos", FIXED_TABLES)
 def test_fixed_tables_are_non_persistent_buffers(pos):
     model = make(pos)

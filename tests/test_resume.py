@@ -43,11 +43,15 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signal_name, expected_rc", [("SIGTERM", 0), ("SIGKILL", -9)])
-def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, expected_rc):
+@pytest.mark.parametrize("signal_name, expected_rc, data_path", [
+    ("SIGTERM", 0, "dataloader"), ("SIGKILL", -9, "dataloader"),
+    ("SIGTERM", 0, "device_resident"),  # also bit-identical to the DataLoader path it replaces
+])
+def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, expected_rc, data_path):
     cwd, (full_step, full_weights), full_batches = uninterrupted
-    run = signal_name.lower()
-    record = ["+callbacks.rec._target_=interrupt.RecordBatches", f"+callbacks.rec.path={cwd / run}.batches"]
+    run = f"{signal_name.lower()}_{data_path}"
+    record = ["+callbacks.rec._target_=interrupt.RecordBatches", f"+callbacks.rec.path={cwd / run}.batches",
+              f"data.device_resident={str(data_path == 'device_resident').lower()}"]
     first = train_py(cwd, f"run_name={run}", "+callbacks.stop._target_=interrupt.InterruptAtStep",
                      "+callbacks.stop.step=6", f"+callbacks.stop.signal_name={signal_name}", *record)
     assert first.returncode == expected_rc, first.stderr[-2000:]
@@ -64,6 +68,27 @@ def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, exp
     batches = (cwd / f"{run}.batches").read_text().splitlines()
     after_resume = {line.split()[0]: line for line in batches[len(batches) - (12 - step):]}
     assert [after_resume[line.split()[0]] for line in full_batches[step:]] == full_batches[step:]
+
+
+@pytest.mark.slow
+def test_mixed_resolution_run_resumes_bit_identically(tmp_path):
+    """With train_img_sizes, the size of every step is drawn again identically after a resume."""
+    mixed = ["train_img_sizes=[24,32,40]", "+callbacks.rec._target_=interrupt.RecordBatches"]
+    full = train_py(tmp_path, "run_name=mixed_full", *mixed, f"+callbacks.rec.path={tmp_path / 'full.batches'}")
+    assert full.returncode == 0, full.stderr[-2000:]
+    assert "training sizes 24-32-40px" in full.stdout
+    shapes = {line.split()[-1] for line in (tmp_path / "full.batches").read_text().splitlines()}
+    assert shapes == {"24x24", "32x32", "40x40"}  # every size was trained on
+    first = train_py(tmp_path, "run_name=mixed_cut", *mixed, f"+callbacks.rec.path={tmp_path / 'cut.batches'}",
+                     "+callbacks.stop._target_=interrupt.InterruptAtStep", "+callbacks.stop.step=6")
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = train_py(tmp_path, "run_name=mixed_cut", "resume=true", *mixed,
+                      f"+callbacks.rec.path={tmp_path / 'cut.batches'}")
+    assert second.returncode == 0, second.stderr[-2000:]
+    (_, full_weights), (step, resumed_weights) = final_state(tmp_path, "mixed_full"), final_state(tmp_path, "mixed_cut")
+    assert step == 12 and all(torch.equal(full_weights[k], resumed_weights[k]) for k in full_weights)
+    assert (tmp_path / "cut.batches").read_text().splitlines()[-6:] == \
+        (tmp_path / "full.batches").read_text().splitlines()[-6:]
 
 
 @pytest.mark.slow

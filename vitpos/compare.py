@@ -28,10 +28,11 @@ from .config import parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .plots import pyplot
-from .runs import RESULTS_FILE
+from .runs import RESULTS_FILE, sizes_tag
 
 DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
-GROUP_BY = ("experiment", "pos", "data", "img_size", "finetuned_from", "model", "lr", "batch_size", "epochs")
+GROUP_BY = ("experiment", "pos", "data", "img_size", "train_sizes", "finetuned_from", "model", "lr", "batch_size",
+            "epochs")
 ACCURACIES = ("test_acc", "val_acc_best", "val_acc_final")
 RESOLUTION_TAG = "resolution/test_acc"  # vitpos.evaluate: step = image height, suffix _<mode> if one was forced
 
@@ -61,6 +62,7 @@ def summarize(run: Path, root: Path) -> dict:
         experiment=config.get("experiment") or "-", pos=config["pos"]["name"],
         data=get_class(config["data"]["_target_"]).name,
         img_size=size if isinstance(size, int) else "x".join(map(str, size)),
+        train_sizes=sizes_tag(config["train_img_sizes"]) if config.get("train_img_sizes") else "-",
         finetuned_from=hparams.get("finetuned_from", ""), model=hparams.get("model", ""), lr=config["optim"]["lr"],
         batch_size=config["data"]["batch_size"], epochs=config["trainer"]["max_epochs"],
         seed=config["seed"], params=results.get("params", hparams.get("params", "")),
@@ -135,11 +137,13 @@ def compare(root: str | Path, data: str | None = None, img_size: int | str | Non
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
     """Accuracies in percent as `mean +- std`; columns no row has are left out."""
     accuracies = [c for c in accuracies if any(r.get(f"{c}_mean", "") != "" for r in rows)]
-    header = ["pos", "experiment", "data", "img_size", "finetuned_from", "n", *accuracies, "images_per_s",
-              "fit_minutes"]
+    keys = ["pos", "experiment", "data", "img_size", "train_sizes", "finetuned_from", "n"]
+    if all(row["train_sizes"] == "-" for row in rows):
+        keys.remove("train_sizes")
+    header = [*keys, *accuracies, "images_per_s", "fit_minutes"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [str(row[c]) for c in header[:6]]
+        cells = [str(row[c]) for c in keys]
         cells += [_percent(row.get(f"{c}_mean", ""), row.get(f"{c}_std", "")) for c in accuracies]
         cells += [str(row["images_per_s"]), str(row["fit_minutes"])]
         lines.append("| " + " | ".join(cells) + " |")
@@ -164,6 +168,7 @@ def _accuracy_chart(rows: list[dict], path: Path) -> None:
     """Test accuracy per group: a dot with one-std error bars (a bar from zero when n = 1)."""
     plt = pyplot()
     labels = [f"{r['pos']}\n{r['data']} {r['img_size']}px"
+              + (f"\ntrained at {r['train_sizes']}" if r["train_sizes"] != "-" else "")
               + (f"\nfine-tuned from {r['finetuned_from']}" if r["finetuned_from"] not in ("", "-") else "")
               + f"\nn={r['n']}" for r in rows]
     means = [100 * (r["test_acc_mean"] or 0) for r in rows]

@@ -3,7 +3,10 @@
 Every dataset is loaded once into `(N, C, H, W)` uint8 images and `(N,)` int64 labels. The
 standard augmentation (random crop with padding, horizontal flip), the resize to `img_size` and
 the normalisation run batched on the training device in `on_after_batch_transfer`, so the loader
-only indexes tensors. The `randaugment` policy runs per sample in the DataLoader workers.
+only indexes tensors. With `device_resident` (the default on CUDA) the uint8 set itself lives on
+the training device and each batch is one indexing of it (`DeviceBatches`): no per-sample Python,
+no collate, no host-to-device copy per step. The `randaugment` / `trivialaugment` policies run per
+sample in the DataLoader workers, so they keep the DataLoader.
 
 - `cifar10`: torchvision's CIFAR-10 (downloaded when online) read from the pickled batches.
 - `fashion_mnist`: Debian's `dataset-fashion-mnist` files when installed, else torchvision's
@@ -24,8 +27,10 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .errors import ConfigError, DataNotFoundError
+from .model import image_size
 
 AUGMENTS = ("none", "standard", "randaugment", "trivialaugment")
+PER_SAMPLE_AUGMENTS = ("randaugment", "trivialaugment")
 
 
 class UInt8ImageDataset(Dataset):
@@ -85,13 +90,17 @@ class ShardedSampler(Sampler[int]):
     def __len__(self) -> int:
         return len(self._order())
 
-    def __iter__(self):
+    def remaining(self) -> Tensor:
+        """This epoch's indices from the resume position on (starts the epoch's bookkeeping)."""
         skip = 0
         if self._resume is not None and self._resume[0] == self.epoch:
             skip = self._resume[1]
         self._resume = None
         self.consumed = skip
-        yield from self._order()[skip:].tolist()
+        return self._order()[skip:]
+
+    def __iter__(self):
+        yield from self.remaining().tolist()
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "consumed": self.consumed}
@@ -104,6 +113,39 @@ class ResumableDataLoader(DataLoader):
     """A DataLoader whose position Lightning saves in checkpoints and restores on resume (it
     implements the `state_dict` / `load_state_dict` protocol Lightning looks for), delegated to its
     `ShardedSampler`."""
+
+    def state_dict(self) -> dict:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state)
+
+
+class DeviceBatches:
+    """Batches drawn from a dataset held on the training device: each is one indexing of the
+    images and labels with the next `batch_size` indices of `sampler`'s order, the exact batches a
+    DataLoader with that sampler (no workers, no per-sample transform) would collate. Lightning
+    saves and restores its position (`state_dict` protocol) and sets the sampler's epoch.
+
+    images: uint8 (N, C, H, W) and labels (N,), both already on the device.
+    """
+
+    batch_sampler = None  # Lightning's loops read it beside `sampler`, as on a DataLoader
+
+    def __init__(self, images: Tensor, labels: Tensor, sampler: ShardedSampler, batch_size: int, drop_last: bool):
+        self.images, self.labels, self.sampler = images, labels, sampler
+        self.batch_size, self.drop_last = batch_size, drop_last
+
+    def __len__(self) -> int:
+        count = len(self.sampler)
+        return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
+
+    def __iter__(self):
+        order = self.sampler.remaining().to(self.images.device)
+        stop = len(order) - len(order) % self.batch_size if self.drop_last else len(order)
+        for start in range(0, stop, self.batch_size):
+            index = order[start: start + self.batch_size]
+            yield self.images[index], self.labels[index]
 
     def state_dict(self) -> dict:
         return self.sampler.state_dict()
@@ -151,6 +193,15 @@ class ImageDataModule(L.LightningDataModule):
         split_seed: seed of the train/val split.
         shuffle_seed: seed of the training order (epoch e uses shuffle_seed + e).
         download: allow downloading when the data is missing.
+        device_resident: keep the uint8 splits on the training device and index batches there
+            (`DeviceBatches`); `auto` does so on CUDA unless a per-sample policy needs workers.
+        train_img_sizes: mixed-resolution training (FlexiViT, Beyer et al. 2023): each optimizer
+            step resizes its batch to one size of this list (ints or [H, W] pairs), drawn from
+            (shuffle_seed, step) alone, so every rank and a resumed run draw the same; validation
+            and test stay at `img_size`. None: `img_size` only.
+        batch_by_tokens: with `train_img_sizes`, a step at a size larger than `img_size` keeps
+            only the first batch_size x (img_size / size)^2 images of its batch, so no step holds
+            more tokens than one at `img_size`.
     """
 
     name: str
@@ -163,16 +214,28 @@ class ImageDataModule(L.LightningDataModule):
     def __init__(self, data_dir: str = "data", img_size: int | tuple[int, int] = 32, batch_size: int = 128,
                  num_workers: int = 0, augment: str = "standard", crop_padding: int = 4, hflip: bool = True,
                  val_size: int = 5000, train_subset: int | None = None, split_seed: int = 0,
-                 shuffle_seed: int = 0, download: bool = True):
+                 shuffle_seed: int = 0, download: bool = True, device_resident: bool | str = "auto",
+                 train_img_sizes: list | None = None, batch_by_tokens: bool = False):
         super().__init__()
         if augment not in AUGMENTS:
             raise ConfigError(f"data.augment={augment!r} is not one of {', '.join(AUGMENTS)}")
+        if device_resident not in ("auto", True, False):
+            raise ConfigError(f"data.device_resident={device_resident!r} must be auto, true or false")
+        if device_resident is True and augment in PER_SAMPLE_AUGMENTS:
+            raise ConfigError(f"data.augment={augment} runs per sample in DataLoader workers; "
+                              f"use data.device_resident=false (or auto)")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"data.batch_size={batch_size!r} must be a positive integer, e.g. data.batch_size=128")
         if train_subset is not None and (not isinstance(train_subset, int) or train_subset < 1):
             raise ConfigError(f"data.train_subset={train_subset!r} must be a positive integer or null (all images)")
         self.data_dir = Path(data_dir).expanduser()
-        self.img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        self.img_size = image_size(img_size)
+        if train_img_sizes is not None and (isinstance(train_img_sizes, (str, int)) or not len(train_img_sizes)):
+            raise ConfigError(f"train_img_sizes={train_img_sizes!r} must be a non-empty list of sizes, "
+                              f"e.g. train_img_sizes=[24,32,40], or null")
+        self.train_img_sizes = [image_size(size, f"train_img_sizes entry {size!r}", "train_img_sizes=[24,32,40]")
+                                for size in train_img_sizes or [self.img_size]]
+        self.batch_by_tokens = batch_by_tokens
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.augment = augment
@@ -183,7 +246,9 @@ class ImageDataModule(L.LightningDataModule):
         self.split_seed = split_seed
         self.shuffle_seed = shuffle_seed
         self.download = download
+        self.device_resident = device_resident
         self.train_set = self.val_set = self.test_set = None
+        self._on_device: dict[str, tuple[Tensor, Tensor]] = {}  # split -> (images, labels) on the device
 
     def load(self, train: bool) -> tuple[Tensor, Tensor]:
         """Return uint8 images (N, C, H, W) and int64 labels (N,) of the train or test split."""
@@ -216,10 +281,25 @@ class ImageDataModule(L.LightningDataModule):
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
-    def _loader(self, dataset: Dataset, train: bool) -> DataLoader:
+    def _device(self) -> torch.device | None:
+        """The training device when batches are drawn there, else None (the DataLoader path)."""
+        if self.trainer is None or self.device_resident is False:
+            return None
+        device = self.trainer.strategy.root_device
+        if self.device_resident == "auto" and (device.type != "cuda" or self.augment in PER_SAMPLE_AUGMENTS):
+            return None
+        return device
+
+    def _loader(self, dataset: UInt8ImageDataset, train: bool) -> DataLoader | DeviceBatches:
         rank, world_size = self._shard()
         sampler = ShardedSampler(len(dataset), shuffle=train, seed=self.shuffle_seed, rank=rank,
                                  world_size=world_size, equal_shards=train)
+        device = self._device()
+        if device is not None:
+            split = "train" if dataset is self.train_set else "val" if dataset is self.val_set else "test"
+            if split not in self._on_device:  # one copy per split for the whole run
+                self._on_device[split] = (dataset.images.to(device), dataset.labels.to(device))
+            return DeviceBatches(*self._on_device[split], sampler, self.batch_size, drop_last=train)
         loader_class = ResumableDataLoader if train else DataLoader
         return loader_class(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=train,
                             num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
@@ -230,24 +310,34 @@ class ImageDataModule(L.LightningDataModule):
         self.setup()
         return (len(self.train_set) // world_size) // self.batch_size
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader | DeviceBatches:
         self.train_loader = self._loader(self.train_set, train=True)
         return self.train_loader
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader | DeviceBatches:
         return self._loader(self.val_set, train=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader | DeviceBatches:
         return self._loader(self.test_set, train=False)
 
-    def preprocess(self, images: Tensor, train: bool) -> Tensor:
-        """uint8 (B, C, h, w) on the device -> normalised float (B, C, H, W) at `img_size`."""
+    def train_size(self, step: int) -> tuple[int, int]:
+        """The training size of optimizer step `step`: a function of (shuffle_seed, step) only."""
+        if len(self.train_img_sizes) == 1:
+            return self.train_img_sizes[0]
+        generator = torch.Generator().manual_seed(self.shuffle_seed * 1_000_003 + step)
+        return self.train_img_sizes[int(torch.randint(len(self.train_img_sizes), (1,), generator=generator))]
+
+    def preprocess(self, images: Tensor, train: bool, size: tuple[int, int] | None = None) -> Tensor:
+        """uint8 (B, C, h, w) on the device -> normalised float (B, C, H, W) at `size` (default
+        `img_size`); the crop padding scales with the size."""
+        size = tuple(size or self.img_size)
         images = images.float().div_(255)
-        if tuple(images.shape[-2:]) != self.img_size:
-            images = F.interpolate(images, size=self.img_size, mode="bicubic", antialias=True,
+        if tuple(images.shape[-2:]) != size:
+            images = F.interpolate(images, size=size, mode="bicubic", antialias=True,
                                    align_corners=False).clamp_(0, 1)
         if train and self.augment != "none":
-            images = random_crop_flip(images, self.crop_padding, self.hflip)
+            padding = round(self.crop_padding * size[0] / self.img_size[0])
+            images = random_crop_flip(images, padding, self.hflip)
         mean = torch.tensor(self.mean, device=images.device)[None, :, None, None]
         std = torch.tensor(self.std, device=images.device)[None, :, None, None]
         return (images - mean) / std
@@ -255,9 +345,14 @@ class ImageDataModule(L.LightningDataModule):
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         images, labels = batch
         training = self.trainer is not None and self.trainer.training
-        if training:
-            self.train_loader.sampler.consumed += len(labels)  # exact resume position (see ShardedSampler)
-        return self.preprocess(images, train=training), labels
+        if not training:
+            return self.preprocess(images, train=False), labels
+        self.train_loader.sampler.consumed += len(labels)  # exact resume position (see ShardedSampler)
+        size = self.train_size(self.trainer.global_step)
+        if self.batch_by_tokens:
+            keep = max(1, round(len(labels) * self.img_size[0] * self.img_size[1] / (size[0] * size[1])))
+            images, labels = images[:keep], labels[:keep]  # (k, C, h, w): tokens of one img_size step at most
+        return self.preprocess(images, train=True, size=size), labels
 
 
 CIFAR10_FOLDER = "cifar-10-batches-py"

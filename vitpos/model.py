@@ -7,6 +7,7 @@ because no library attention exposes the bias and rotate hooks between q/k and t
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from functools import partial
 from typing import Callable
 
@@ -86,11 +87,13 @@ class Block(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
-def image_size(value) -> tuple[int, int]:
-    """`value` (an int or an [H, W] pair) as a (H, W) tuple of positive ints, or a ConfigError."""
-    sizes = list(value) if isinstance(value, (list, tuple)) else [value, value]
+def image_size(value, setting: str | None = None, example: str = "img_size=32") -> tuple[int, int]:
+    """`value` (an int or an [H, W] pair) as a (H, W) tuple of positive ints, or a ConfigError that
+    names the `setting` it came from (default `img_size=<value>`)."""
+    sizes = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else [value, value]
     if len(sizes) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
-        raise ConfigError(f"img_size={value!r} must be a positive integer or an [H, W] pair of them, e.g. img_size=32")
+        raise ConfigError(f"{setting or f'img_size={value!r}'} must be a positive integer or an [H, W] pair "
+                          f"of them, e.g. {example}")
     return sizes[0], sizes[1]
 
 

@@ -16,6 +16,11 @@ def size_tag(img_size) -> str:
     return f"{sizes[0]}px" if sizes[0] == sizes[1] else f"{sizes[0]}x{sizes[1]}px"
 
 
+def sizes_tag(sizes) -> str:
+    """`24-32-40px` for the sizes of mixed-resolution training (`32x48` for rectangles)."""
+    return "-".join(size_tag(size).removesuffix("px") for size in sizes) + "px"
+
+
 def run_dir(checkpoint: Path) -> Path | None:
     """The `version_N` folder of a checkpoint saved by train.py, or None for a loose file."""
     checkpoint = Path(checkpoint)

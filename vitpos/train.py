@@ -26,7 +26,7 @@ from .model import VisionTransformer
 from .module import ImageClassifier
 from .precision import resolve_precision
 from .resize import model_from_checkpoint, read_checkpoint
-from .runs import RESULTS_FILE, run_dir, size_tag
+from .runs import RESULTS_FILE, run_dir, size_tag, sizes_tag
 
 HPARAM_METRICS = ("val/acc_best", "test/acc", "val/acc", "resolution/test_acc")
 
@@ -59,6 +59,7 @@ def hparams_row(cfg: DictConfig, module: ImageClassifier, data: str, trained_siz
         "data": data,
         "experiment": cfg.get("experiment") or "-",
         "finetuned_from": size_tag(trained_size) if trained_size else "-",
+        "train_sizes": sizes_tag(cfg.train_img_sizes) if cfg.get("train_img_sizes") else "-",
         "lr": cfg.optim.lr,
         "model": f"d{model['dim']}xL{model['depth']}xH{model['num_heads']}/p{model['patch_size']}",
     }
@@ -199,6 +200,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
         module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg,
                                  compile=cfg.model.get("compile", False), **cfg.optim)
 
+    mixed = len(datamodule.train_img_sizes) > 1 or datamodule.train_img_sizes[0] != datamodule.img_size
+    if mixed:
+        for size in datamodule.train_img_sizes:
+            module.model.grid_for(size)  # every training size must divide into patches
+        run_name = f"{run_name}_train{sizes_tag(datamodule.train_img_sizes)}"
     # Runs of one study share <log_dir>/<experiment>/; names start with the scheme and stay distinct by seed.
     run_name = cfg.run_name or f"{run_name}_seed{cfg.seed}"
     log_root = Path(cfg.paths.log_dir, cfg.experiment) if cfg.get("experiment") else Path(cfg.paths.log_dir)
@@ -230,7 +236,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
         grid = "x".join(map(str, module.model.grid))
         print(f"vitpos: run {logger.log_dir} | pos={cfg.pos.name} | {grid} grid ({size_tag(module.model.config['img_size'])}, "
-              f"patch {module.model.patch_size}) | data={datamodule.name} ({len(datamodule.train_set)} train, "
+              f"patch {module.model.patch_size}){' | training sizes ' + sizes_tag(datamodule.train_img_sizes) if mixed else ''} | data={datamodule.name} ({len(datamodule.train_set)} train, "
               f"{len(datamodule.val_set)} val) | precision {trainer_cfg['precision']}", flush=True)
 
     started = time.perf_counter()

@@ -35,4 +35,5 @@ class RecordBatches(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         images, labels = batch
         with open(self.path, "a") as f:
-            f.write(f"{trainer.global_step} {images.double().sum().item():.6f} {labels.tolist()}\n")
+            size = "x".join(map(str, images.shape[-2:]))
+            f.write(f"{trainer.global_step} {images.double().sum().item():.6f} {labels.tolist()} {size}\n")
