@@ -1,6 +1,7 @@
 """Shared fixtures: a Hydra config composed exactly as `train.py` does, shrunk for CPU tests."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,11 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # `-n 2`: the workers share the cores, one thread each
+        torch.set_num_threads(1)
 
 
 def compose_config(overrides: list[str], tmp_path: Path) -> DictConfig:

@@ -31,6 +31,7 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("train_img_sizes=[24,0]", "train_img_sizes entry 0 must be a positive integer"),
     ("train_img_sizes=[24,30]", "image size 30x30 is not divisible by the patch size 4"),
     ("train_img_sizes=abc", "train_img_sizes='abc' must be a non-empty list"),
+    ("model.compile=fast", "model.compile='fast' must be false, true or one of"),
     ("data.device_resident=yes", "data.device_resident='yes' must be auto, true or false"),
     ("data.augment=randaugment data.device_resident=true", "runs per sample in DataLoader workers"),
 ]

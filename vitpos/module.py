@@ -28,6 +28,7 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: 
 
 
 soft_target_cross_entropy = SoftTargetCrossEntropy()
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
 
 
 class ImageClassifier(L.LightningModule):
@@ -48,13 +49,15 @@ class ImageClassifier(L.LightningModule):
             can rebuild the dataset.
         check_finite_every: steps between checks of the training loss for NaN/inf (each check is a
             host sync; a non-finite loss stops the run at the next check).
-        compile: compile the model with `torch.compile` (in place, so checkpoints keep their keys).
+        compile: compile the model with `torch.compile` (in place, so checkpoints keep their keys):
+            false, true (torch's default mode) or a mode name such as `max-autotune-no-cudagraphs`
+            or `reduce-overhead` (CUDA graphs).
     """
 
     def __init__(self, model: dict, lr: float = 1e-3, weight_decay: float = 0.05,
                  betas: tuple[float, float] = (0.9, 0.999), warmup_steps: int = 500, min_lr_ratio: float = 0.01,
                  label_smoothing: float = 0.1, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
-                 check_finite_every: int = 50, data: dict | None = None, compile: bool = False):
+                 check_finite_every: int = 50, data: dict | None = None, compile: bool | str = False):
         super().__init__()
         for name, value in (("lr", lr), ("weight_decay", weight_decay), ("warmup_steps", warmup_steps),
                             ("label_smoothing", label_smoothing), ("mixup_alpha", mixup_alpha),
@@ -65,8 +68,10 @@ class ImageClassifier(L.LightningModule):
             raise ConfigError(f"optim.check_finite_every={check_finite_every!r} must be a positive integer")
         self.save_hyperparameters()
         self.model = create_model(**model)
+        if compile not in (False, True, *COMPILE_MODES):
+            raise ConfigError(f"model.compile={compile!r} must be false, true or one of {', '.join(COMPILE_MODES)}")
         if compile:
-            self.model.compile()
+            self.model.compile(mode=None if compile is True else compile)
         num_classes = self.model.config["num_classes"]
         # soft targets (mixed and smoothed) for training; evaluation keeps the hard-label loss
         self.mixup = Mixup(mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha, label_smoothing=label_smoothing,
