@@ -117,7 +117,7 @@ for pos in 2d_sin rope_mixed; do
     figures_at_end=false $EXTRA $QUIET
   step "evaluate_$pos" $PY -m vitpos.evaluate ckpt="$LOGS/fmnist_cpu/${pos}_fashion_mnist_32px_seed0" \
     img_sizes=[32,48,64] device=$DEVICE \
-    out="$OUT_DIR/evaluate_$pos" $([ $SMOKE = 1 ] && echo limit=512)
+    out="$OUT_DIR/evaluate_$pos" $([ $SMOKE = 1 ] && echo limit=256)
 done
 [ -n "${SAMPLER:-}" ] && kill "$SAMPLER"
 
