@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 import vitpos
 from vitpos import precision
 from vitpos.precision import resolve_precision
-from vitpos.train import train
+from vitpos.train import summary, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -187,3 +187,14 @@ def test_non_finite_loss_stops_at_the_next_check(every, poison, message, make_co
                        "+callbacks.nan._target_=test_train.PoisonFromStep", f"+callbacks.nan.step={poison}"])
     with pytest.raises(vitpos.VitposError, match=f"non-finite training loss {message} "):
         train(cfg)
+
+
+@pytest.mark.parametrize("img_size, sizes, bigger", [("32", "img_sizes=[32,64]", "img_size=64"),
+                                                     ("[32,48]", "img_sizes=[[32,48],[64,96]]", "img_size=[64,96]")])
+def test_closing_summary_suggests_commands_for_the_runs_own_size(make_config, tmp_path, img_size, sizes, bigger):
+    cfg = make_config(["pos=rope_mixed", f"img_size={img_size}"])
+    run = tmp_path / "logs" / "exp" / "run" / "version_0"
+    text = summary(cfg, {"log_dir": str(run), "fit_seconds": 60.0, "checkpoint": "best.ckpt", "test/acc": 0.5}, 6000)
+    assert f"python -m vitpos.evaluate ckpt={run} {sizes}" in text
+    assert f"python train.py pos=rope_mixed {bigger} finetune_from=best.ckpt" in text
+    assert "test acc 50.00%" in text and "100 img/s" in text

@@ -22,7 +22,7 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 from .callbacks import AtomicCheckpointIO, LastCheckpoint, PositionalFigures, ProgressBar, RNGStateInCheckpoint
 from .data import ImageDataModule
 from .errors import ConfigError, VitposError
-from .model import VisionTransformer
+from .model import VisionTransformer, image_size
 from .module import ImageClassifier
 from .precision import resolve_precision
 from .resize import model_from_checkpoint, read_checkpoint
@@ -267,7 +267,10 @@ def summary(cfg: DictConfig, metrics: dict, images_seen: int) -> str:
     run, minutes = Path(metrics["log_dir"]), metrics["fit_seconds"] / 60
     accuracy = lambda key: f"{100 * metrics[key]:.2f}%" if key in metrics else "-"  # noqa: E731
     size = to_container(cfg.img_size)
-    bigger = [2 * size, 2 * size] if isinstance(size, int) else [2 * s for s in size]
+    height, width = image_size(size)
+    square = height == width  # a rectangle is written [H,W] in the commands, a square as one int
+    sizes = f"[{height},{2 * height}]" if square else f"[[{height},{width}],[{2 * height},{2 * width}]]"
+    bigger = f"{2 * height}" if square else f"[{2 * height},{2 * width}]"
     root = run.parent.parent
     lines = [
         f"vitpos: finished {run}",
@@ -276,8 +279,8 @@ def summary(cfg: DictConfig, metrics: dict, images_seen: int) -> str:
         f"  checkpoint   {metrics['checkpoint']}",
         *([f"  figures      {run / 'figures'}"] if (run / "figures").is_dir() else []),
         "  next:",
-        f"    python -m vitpos.evaluate ckpt={run} img_sizes=[{size_tag(size)[:-2].replace('x', ',')},{bigger[0]}]",
-        f"    python train.py pos={cfg.pos.name} img_size={bigger[0]} finetune_from={metrics['checkpoint']}",
+        f"    python -m vitpos.evaluate ckpt={run} img_sizes={sizes}",
+        f"    python train.py pos={cfg.pos.name} img_size={bigger} finetune_from={metrics['checkpoint']}",
         f"    python -m vitpos.compare {root}",
         f"    tensorboard --logdir {root}",
     ]
