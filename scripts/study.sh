@@ -4,7 +4,8 @@
 #                                    # at 28/44/56 px with no fine-tune (both modes where a scheme has two)
 #   bash scripts/study.sh finetune   # a short fine-tune at 56 px of every finished run (FINETUNE_SEEDS)
 #   bash scripts/study.sh mixed      # MIXED_SCHEMES x SEEDS trained at MIXED_SIZES (one size per step),
-#                                    # then they and their single-size twins evaluated at 20/28/44/56 px
+#                                    # evaluated at 20/28/44/56 px in the scheme's default resize mode;
+#                                    # their single-size twins (from `runs`) at 20 px as well
 #   bash scripts/study.sh tables     # docs/results/fmnist_cpu*/ from the logs, and the logs' light files
 #                                    # (no checkpoints) archived to docs/results/study_logs/
 #   bash scripts/study.sh all
@@ -19,6 +20,7 @@ MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
 MIXED_SIZES="[20,28,36,44]"   # 0.71x..1.57x of 28 px, tokens per step capped at a 28 px step's (batch_by_tokens)
 MIXED_TAG=train20-28-36-44px
 MIXED_EVAL="[20,28,44,56]"    # 0.71x, 1x, 1.57x, 2x
+TWIN_EVAL="[20]"              # the twins' 28/44/56 px results are in their transfer_default/
 LOGS=${LOGS:-logs}
 STUDY=$LOGS/fmnist_cpu
 FINETUNED=$LOGS/fmnist_finetune
@@ -30,10 +32,10 @@ finished() { compgen -G "$1/version_*/results.json" > /dev/null; }
 latest() { ls -d "$1"/version_* | sort -t_ -k2 -n | tail -n 1; }
 say() { echo "[study $(date +%H:%M:%S)] $*"; }
 
-evaluate() {  # run folder, scheme[, sizes, output prefix]: no-fine-tune transfer, logged into the run's TensorBoard
-  local version mode sizes=${3:-$SIZES} prefix=${4:-transfer}
+evaluate() {  # run folder, scheme[, sizes, output prefix, modes]: no-fine-tune transfer, logged into the run's TensorBoard
+  local version mode sizes=${3:-$SIZES} prefix=${4:-transfer} modes=${5:-default interpolate}
   version=$(latest "$1")
-  for mode in default interpolate; do
+  for mode in $modes; do
     [ $mode = default ] || [[ $TWO_MODES == *" $2 "* ]] || continue
     [ -f "$version/${prefix}_$mode/resolution.csv" ] && continue
     say "evaluate $version ($mode, $sizes)"
@@ -80,9 +82,9 @@ mixed() {
         python train.py experiment=fmnist_cpu pos="$pos" seed="$seed" paths.log_dir="$LOGS" $QUIET \
           train_img_sizes="$MIXED_SIZES" batch_by_tokens=true
       fi
-      evaluate "$run" "$pos" "$MIXED_EVAL" mixed_eval
+      evaluate "$run" "$pos" "$MIXED_EVAL" mixed_eval default
       finished "$STUDY/${pos}_fashion_mnist_28px_seed$seed" &&
-        evaluate "$STUDY/${pos}_fashion_mnist_28px_seed$seed" "$pos" "$MIXED_EVAL" mixed_eval
+        evaluate "$STUDY/${pos}_fashion_mnist_28px_seed$seed" "$pos" "$TWIN_EVAL" mixed_eval default
     done
   done
 }
