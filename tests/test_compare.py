@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from vitpos.compare import compare, group_runs
+from vitpos.compare import compare, group_runs, transfer_curves
 from vitpos.runs import RESULTS_FILE
 from vitpos.train import train
 
@@ -39,6 +39,28 @@ def test_grouping_and_statistics_match_hand_computed_values():
     assert groups["b", 0.001, "-"]["n"] == 1 and groups["b", 0.001, "-"]["test_acc_std"] == ""  # no spread from one run
 
 
+def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
+    def at(acc28, acc44, acc44_interpolated):
+        return {"test_acc@28px": acc28, "test_acc@44px": acc44,
+                "test_acc@28px/interpolate": acc28, "test_acc@44px/interpolate": acc44_interpolated}
+    rows = [run_row("a", 0, 0.8, **at(0.8, 0.4, 0.7)), run_row("a", 1, 0.9, **at(0.9, 0.6, 0.7)),
+            dict(run_row("a", 0, 0.8, **{"test_acc@28px": 0.8, "test_acc@44px": 0.78}), train_sizes="20-28-36-44px"),
+            run_row("b", 0, 0.7, **{"test_acc@44px": 0.5})]  # evaluated at one size only: no curve
+    curves = transfer_curves(group_runs(rows))
+    assert set(curves) == {"a"}
+    by_label = {c["label"]: c for c in curves["a"]}
+    assert set(by_label) == {"trained at 28px (n=2)", "trained at 28px, interpolate (n=2)",
+                             "trained at 20-28-36-44px (n=1)"}
+    single = by_label["trained at 28px (n=2)"]
+    assert single["heights"] == [28, 44] and single["means"] == pytest.approx([0.85, 0.5])
+    assert single["stds"] == pytest.approx([0.0707, 0.1414], abs=1e-4)  # sample std of (0.8, 0.9), (0.4, 0.6)
+    interpolated = by_label["trained at 28px, interpolate (n=2)"]
+    assert interpolated["mode"] == "interpolate" and interpolated["means"] == pytest.approx([0.85, 0.7])
+    assert interpolated["stds"][1] == pytest.approx(0.0)
+    mixed = by_label["trained at 20-28-36-44px (n=1)"]
+    assert mixed["means"] == pytest.approx([0.8, 0.78]) and mixed["stds"] == [0.0, 0.0]  # n = 1: no spread
+
+
 @pytest.fixture
 def three_runs(make_config, tiny_overrides):
     extra = ["trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.log_every_n_steps=1"]
@@ -64,6 +86,7 @@ def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
         assert len(list(csv.DictReader(f))) == 2
     assert (tmp_path / "out" / "compare.md").read_text().count("\n") == 4  # header, rule, two groups
     assert (tmp_path / "out" / "compare.png").stat().st_size > 0
+    assert not (tmp_path / "out" / "transfer.png").exists()  # no run was evaluated at other sizes
     assert [r["pos"] for r in compare(logs, data="synthetic", img_size=32, out=tmp_path / "o2")] == \
         [r["pos"] for r in rows]
     with pytest.raises(Exception, match="no finished runs"):

@@ -7,8 +7,10 @@ Runs that differ only by `seed` form one group; each group is one row with the n
 `n` and the mean +- sample standard deviation of every accuracy: best and final validation, test,
 and the resolution-transfer accuracies that `vitpos.evaluate` logged into the run
 (`test_acc@42px`, `test_acc@42px/interpolate`, ...). Writes `compare.md` (the table),
-`compare.csv` (mean and std columns), `runs.csv` (one row per run) and `compare.png` (accuracy
-per group, error bars of one std) to `out`. A run counts once it has finished (`results.json`).
+`compare.csv` (mean and std columns), `runs.csv` (one row per run), `compare.png` (accuracy
+per group, error bars of one std) and, when runs were evaluated at two or more sizes,
+`transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
+setting and resize mode) to `out`. A run counts once it has finished (`results.json`).
 """
 from __future__ import annotations
 
@@ -130,8 +132,37 @@ def compare(root: str | Path, data: str | None = None, img_size: int | str | Non
     _write_csv(out / "compare.csv", rows)
     _write_csv(out / "runs.csv", runs)
     _accuracy_chart(rows, out / "compare.png")
-    print(table + f"\nwrote {out / 'compare.md'}, {out / 'compare.csv'}, {out / 'runs.csv'}, {out / 'compare.png'}")
+    written = [out / name for name in ("compare.md", "compare.csv", "runs.csv", "compare.png")]
+    curves = transfer_curves(rows)
+    if curves:
+        _transfer_chart(curves, out / "transfer.png")
+        written.append(out / "transfer.png")
+    print(table + "\nwrote " + ", ".join(map(str, written)))
     return rows
+
+
+def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
+    """Grouped rows -> {scheme: [curve]}, a curve per group and resize mode evaluated at >= 2 sizes:
+    `label`, `mode` ("" for the scheme's default), `heights`, `means`, `stds` (n = 1: stds of 0)."""
+    curves: dict[str, list[dict]] = {}
+    for row in rows:
+        by_mode: dict[str, list[tuple[int, float, float]]] = {}
+        for key, mean in row.items():
+            if key.startswith("test_acc@") and key.endswith("_mean") and mean != "":
+                column = key.removesuffix("_mean")  # test_acc@<H>px or test_acc@<H>px/<mode>
+                size, _, mode = column.removeprefix("test_acc@").partition("/")
+                by_mode.setdefault(mode, []).append((int(size.removesuffix("px")), mean, row[f"{column}_std"] or 0.0))
+        for mode, points in by_mode.items():
+            if len(points) < 2:
+                continue
+            trained = f"trained at {row['train_sizes']}" if row["train_sizes"] != "-" else f"trained at {row['img_size']}px"
+            if row["finetuned_from"] not in ("", "-"):
+                trained += f", fine-tuned from {row['finetuned_from']}"
+            heights, means, stds = zip(*sorted(points))
+            curves.setdefault(row["pos"], []).append(dict(
+                label=trained + (f", {mode}" if mode else "") + f" (n={row['n']})", mode=mode,
+                heights=list(heights), means=list(means), stds=list(stds)))
+    return curves
 
 
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
@@ -191,6 +222,30 @@ def _accuracy_chart(rows: list[dict], path: Path) -> None:
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
+    """One panel per scheme: test accuracy against evaluation size, error bars of one std."""
+    plt = pyplot()
+    columns = min(4, len(curves))
+    rows = -(-len(curves) // columns)
+    figure, panels = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), squeeze=False, sharey=True)
+    for axes, (pos, scheme_curves) in zip(panels.flat, sorted(curves.items())):
+        for curve in scheme_curves:
+            axes.errorbar(curve["heights"], [100 * m for m in curve["means"]], yerr=[100 * s for s in curve["stds"]],
+                          marker="o", capsize=3, label=curve["label"], linestyle="--" if curve["mode"] else "-")
+        axes.set_title(pos, fontsize=10)
+        axes.set_xlabel("evaluation size (px)")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=6, loc="lower left")
+    for axes in panels.flat[len(curves):]:
+        axes.set_visible(False)
+    for axes in panels[:, 0]:
+        axes.set_ylabel("top-1 test accuracy (%)")
+    figure.suptitle("Test accuracy at each evaluation size, no fine-tune (mean ± std over seeds)", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
     plt.close(figure)
 
 
