@@ -16,7 +16,6 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
-from timm.layers import to_2tuple
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from .callbacks import AtomicCheckpointIO, LastCheckpoint, PositionalFigures, ProgressBar, RNGStateInCheckpoint
@@ -191,7 +190,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
                                  **cfg.optim)
         module.model.load_state_dict(source.state_dict())
         if rank_zero_only.rank == 0:  # before the Trainer exists: Lightning's rank from the launcher's environment
-            old_grid = "x".join(str(s // source.patch_size) for s in to_2tuple(trained_size))
+            old_grid = "x".join(str(s // source.patch_size) for s in image_size(trained_size))
             mode = source.config["pos_kwargs"].get("resize_mode") or "the scheme's resize rule"
             print(f"vitpos: fine-tuning {cfg.finetune_from} ({cfg.pos.name}): grid {old_grid} -> "
                   f"{'x'.join(map(str, source.grid))} ({mode})", flush=True)
