@@ -37,6 +37,17 @@ GROUP_BY = ("experiment", "pos", "data", "img_size", "train_sizes", "finetuned_f
             "epochs")
 ACCURACIES = ("test_acc", "val_acc_best", "val_acc_final")
 RESOLUTION_TAG = "resolution/test_acc"  # vitpos.evaluate: step = image height, suffix _<mode> if one was forced
+TRANSFER_PREFIX = "test_acc@"  # transfer columns: test_acc@<height>px, or test_acc@<height>px/<mode>
+
+
+def transfer_column(height: int, mode: str = "") -> str:
+    return f"{TRANSFER_PREFIX}{height}px" + (f"/{mode}" if mode else "")
+
+
+def parse_transfer_column(column: str) -> tuple[int, str]:
+    """`transfer_column`'s inverse: (height, mode), mode "" for the scheme's default."""
+    size, _, mode = column.removeprefix(TRANSFER_PREFIX).partition("/")
+    return int(size.removesuffix("px")), mode
 
 
 def run_folders(root: Path) -> list[Path]:
@@ -80,7 +91,7 @@ def summarize(run: Path, root: Path) -> dict:
         mode = tag.removeprefix(RESOLUTION_TAG).removeprefix("_")
         latest = {event.step: event.value for event in events.Scalars(tag)}  # a re-evaluation replaces
         for height, acc in sorted(latest.items()):
-            row[f"test_acc@{height}px" + (f"/{mode}" if mode else "")] = round(acc, 4)
+            row[transfer_column(height, mode)] = round(acc, 4)
     return row
 
 
@@ -108,8 +119,8 @@ def group_runs(rows: list[dict]) -> list[dict]:
 
 def accuracy_columns(rows: list[dict]) -> list[str]:
     """The accuracy columns present in `rows`: the fixed ones, then transfer ones by height."""
-    transfer = {k for row in rows for k in row if k.startswith("test_acc@")}
-    return list(ACCURACIES) + sorted(transfer, key=lambda k: (int(k.split("@")[1].split("px")[0]), k))
+    transfer = {k for row in rows for k in row if k.startswith(TRANSFER_PREFIX)}
+    return list(ACCURACIES) + sorted(transfer, key=lambda k: (parse_transfer_column(k)[0], k))
 
 
 def compare(root: str | Path, data: str | None = None, img_size: int | str | None = None,
@@ -148,10 +159,10 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
     for row in rows:
         by_mode: dict[str, list[tuple[int, float, float]]] = {}
         for key, mean in row.items():
-            if key.startswith("test_acc@") and key.endswith("_mean") and mean != "":
-                column = key.removesuffix("_mean")  # test_acc@<H>px or test_acc@<H>px/<mode>
-                size, _, mode = column.removeprefix("test_acc@").partition("/")
-                by_mode.setdefault(mode, []).append((int(size.removesuffix("px")), mean, row[f"{column}_std"] or 0.0))
+            if key.startswith(TRANSFER_PREFIX) and key.endswith("_mean") and mean != "":
+                column = key.removesuffix("_mean")
+                height, mode = parse_transfer_column(column)
+                by_mode.setdefault(mode, []).append((height, mean, row[f"{column}_std"] or 0.0))
         for mode, points in by_mode.items():
             if len(points) < 2:
                 continue
