@@ -3,9 +3,9 @@
 #   bash scripts/study.sh runs       # SCHEMES x SEEDS: train with experiment=fmnist_cpu, then evaluate
 #                                    # at 28/44/56 px with no fine-tune (both modes where a scheme has two)
 #   bash scripts/study.sh finetune   # a short fine-tune at 56 px of every finished run (FINETUNE_SEEDS)
-#   bash scripts/study.sh mixed      # MIXED_SCHEMES x SEEDS trained at MIXED_SIZES (one size per step),
-#                                    # evaluated at 20/28/44/56 px in the scheme's default resize mode;
-#                                    # their single-size twins (from `runs`) at 20 px as well
+#   bash scripts/study.sh mixed      # MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES (one size
+#                                    # per step), evaluated at 20/28/44/56 px in the scheme's default
+#                                    # resize mode; their single-size twins (from `runs`) at 20 px as well
 #   bash scripts/study.sh tables     # docs/results/fmnist_cpu*/ from the logs, and the logs' light files
 #                                    # (no checkpoints) archived to docs/results/study_logs/
 #   bash scripts/study.sh all
@@ -17,8 +17,8 @@ SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe
 SEEDS=${SEEDS:-0,1,2}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
-MIXED_SIZES="[20,28,36,44]"   # 0.71x..1.57x of 28 px, tokens per step capped at a 28 px step's (batch_by_tokens)
-MIXED_TAG=train20-28-36-44px
+# 0.71x..1.57x of 28 px, and the same extended to 2x; tokens per step capped at a 28 px step's (batch_by_tokens)
+MIXED_SIZES=${MIXED_SIZES:-"[20,28,36,44] [20,28,36,44,56]"}
 MIXED_EVAL="[20,28,44,56]"    # 0.71x, 1x, 1.57x, 2x
 TWIN_EVAL="[20]"              # the twins' 28/44/56 px results are in their transfer_default/
 LOGS=${LOGS:-logs}
@@ -73,18 +73,22 @@ finetune() {
 }
 
 mixed() {
-  local seed pos run
-  for seed in ${SEEDS//,/ }; do
-    for pos in ${MIXED_SCHEMES//,/ }; do
-      run=$STUDY/${pos}_fashion_mnist_28px_${MIXED_TAG}_seed$seed
-      if ! finished "$run"; then
-        say "train $run"
-        python train.py experiment=fmnist_cpu pos="$pos" seed="$seed" paths.log_dir="$LOGS" $QUIET \
-          train_img_sizes="$MIXED_SIZES" batch_by_tokens=true
-      fi
-      evaluate "$run" "$pos" "$MIXED_EVAL" mixed_eval default
-      finished "$STUDY/${pos}_fashion_mnist_28px_seed$seed" &&
-        evaluate "$STUDY/${pos}_fashion_mnist_28px_seed$seed" "$pos" "$TWIN_EVAL" mixed_eval default
+  local lists sizes tag seed pos run
+  read -ra lists <<< "$MIXED_SIZES"     # split on spaces without globbing the brackets
+  for sizes in "${lists[@]}"; do
+    tag=train$(echo "$sizes" | tr -d '[]' | tr , -)px    # the run-name tag train.py gives these sizes
+    for seed in ${SEEDS//,/ }; do
+      for pos in ${MIXED_SCHEMES//,/ }; do
+        run=$STUDY/${pos}_fashion_mnist_28px_${tag}_seed$seed
+        if ! finished "$run"; then
+          say "train $run"
+          python train.py experiment=fmnist_cpu pos="$pos" seed="$seed" paths.log_dir="$LOGS" $QUIET \
+            train_img_sizes="$sizes" batch_by_tokens=true
+        fi
+        evaluate "$run" "$pos" "$MIXED_EVAL" mixed_eval default
+        finished "$STUDY/${pos}_fashion_mnist_28px_seed$seed" &&
+          evaluate "$STUDY/${pos}_fashion_mnist_28px_seed$seed" "$pos" "$TWIN_EVAL" mixed_eval default
+      done
     done
   done
 }
