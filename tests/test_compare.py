@@ -59,6 +59,7 @@ def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
     assert interpolated["stds"][1] == pytest.approx(0.0)
     mixed = by_label["trained at 20-28-36-44px (n=1)"]
     assert mixed["means"] == pytest.approx([0.8, 0.78]) and mixed["stds"] == [0.0, 0.0]  # n = 1: no spread
+    assert single["setting"] == interpolated["setting"] == "trained at 28px" != mixed["setting"]  # one colour each
 
 
 @pytest.fixture

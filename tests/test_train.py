@@ -165,6 +165,24 @@ def test_schedule_length_is_the_number_of_optimizer_steps(limits, make_config, t
     assert captured["total"] == captured["taken"] > 0
 
 
+def test_summary_counts_the_images_trained_on_with_batch_by_tokens(make_config, tiny_overrides, capsys):
+    """Mixed sizes with batch_by_tokens keep fewer images at the larger sizes: the closing img/s
+    counts the images each step really trained on, not steps x batch_size."""
+    cfg = make_config([*tiny_overrides, "trainer.max_steps=6", "train_img_sizes=[16,64]", "batch_by_tokens=true"])
+    captured = {}
+
+    class Capture(vitpos.module.ImageClassifier):
+        def on_train_end(self):
+            sizes = [self.trainer.datamodule.train_size(step)[0] for step in range(6)]
+            captured.update(images=self.images_trained, expected=sum(64 if size == 16 else 16 for size in sizes))
+
+    from unittest import mock
+    with mock.patch("vitpos.train.ImageClassifier", Capture):
+        metrics = train(cfg)
+    assert captured["images"] == captured["expected"] < 6 * 64
+    assert f"{captured['images'] / metrics['fit_seconds']:.0f} img/s" in capsys.readouterr().out
+
+
 class PoisonFromStep(L.Callback):
     """Every training batch from optimizer step `step` on is NaN."""
 

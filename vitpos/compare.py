@@ -154,7 +154,8 @@ def compare(root: str | Path, data: str | None = None, img_size: int | str | Non
 
 def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows -> {scheme: [curve]}, a curve per group and resize mode evaluated at >= 2 sizes:
-    `label`, `mode` ("" for the scheme's default), `heights`, `means`, `stds` (n = 1: stds of 0)."""
+    `label`, `setting` (how it was trained), `mode` ("" for the scheme's default), `heights`, `means`,
+    `stds` (n = 1: stds of 0)."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
         by_mode: dict[str, list[tuple[int, float, float]]] = {}
@@ -171,7 +172,7 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
                 trained += f", fine-tuned from {row['finetuned_from']}"
             heights, means, stds = zip(*sorted(points))
             curves.setdefault(row["pos"], []).append(dict(
-                label=trained + (f", {mode}" if mode else "") + f" (n={row['n']})", mode=mode,
+                label=trained + (f", {mode}" if mode else "") + f" (n={row['n']})", setting=trained, mode=mode,
                 heights=list(heights), means=list(means), stds=list(stds)))
     return curves
 
@@ -242,10 +243,13 @@ def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
     columns = min(4, len(curves))
     rows = -(-len(curves) // columns)
     figure, panels = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), squeeze=False, sharey=True)
+    # one colour per training setting in every panel; the resize mode is the line style
+    settings = list(dict.fromkeys(c["setting"] for scheme_curves in curves.values() for c in scheme_curves))
     for axes, (pos, scheme_curves) in zip(panels.flat, sorted(curves.items())):
         for curve in scheme_curves:
             axes.errorbar(curve["heights"], [100 * m for m in curve["means"]], yerr=[100 * s for s in curve["stds"]],
-                          marker="o", capsize=3, label=curve["label"], linestyle="--" if curve["mode"] else "-")
+                          marker="o", capsize=3, label=curve["label"], linestyle="--" if curve["mode"] else "-",
+                          color=f"C{settings.index(curve['setting']) % 10}")
         axes.set_title(pos, fontsize=10)
         axes.set_xlabel("evaluation size (px)")
         axes.grid(alpha=0.3)

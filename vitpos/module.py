@@ -93,6 +93,7 @@ class ImageClassifier(L.LightningModule):
         self._nonfinite: Tensor | None = None  # non-finite losses since the last check (on the device)
         self._total_steps = 1
         self._checked_step = -1  # the last step whose loss was checked
+        self.images_trained = 0  # by this process and rank (with batch_by_tokens, batches differ in size)
 
     def setup(self, stage: str) -> None:
         """Count the training FLOPs of one batch (on the meta device: no compute), so Lightning's
@@ -126,6 +127,7 @@ class ImageClassifier(L.LightningModule):
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         loss = self._step(batch, self.train_metrics, "train")
+        self.images_trained += len(batch[1])
         self.check_finite(loss)
         self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss

@@ -257,7 +257,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
     if trainer.is_global_zero:  # the mark of a finished run: compare and the study scripts read it
         (Path(logger.log_dir) / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
-        print(summary(cfg, metrics, trainer.global_step * datamodule.batch_size * trainer.world_size), flush=True)
+        print(summary(cfg, metrics, module.images_trained * trainer.world_size), flush=True)
     return metrics
 
 
