@@ -152,6 +152,13 @@ def compare(root: str | Path, data: str | None = None, img_size: int | str | Non
     return rows
 
 
+def training_setting(row: dict) -> list[str]:
+    """How a group was trained, for the charts' labels: its size(s), and what it was fine-tuned from."""
+    sizes = row["train_sizes"] if row["train_sizes"] != "-" else f"{row['img_size']}px"
+    finetuned = row["finetuned_from"] not in ("", "-")
+    return [f"trained at {sizes}", *([f"fine-tuned from {row['finetuned_from']}"] if finetuned else [])]
+
+
 def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows -> {scheme: [curve]}, a curve per group and resize mode evaluated at >= 2 sizes:
     `label`, `setting` (how it was trained), `mode` ("" for the scheme's default), `heights`, `means`,
@@ -167,9 +174,7 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
         for mode, points in by_mode.items():
             if len(points) < 2:
                 continue
-            trained = f"trained at {row['train_sizes']}" if row["train_sizes"] != "-" else f"trained at {row['img_size']}px"
-            if row["finetuned_from"] not in ("", "-"):
-                trained += f", fine-tuned from {row['finetuned_from']}"
+            trained = ", ".join(training_setting(row))
             heights, means, stds = zip(*sorted(points))
             curves.setdefault(row["pos"], []).append(dict(
                 label=trained + (f", {mode}" if mode else "") + f" (n={row['n']})", setting=trained, mode=mode,
@@ -210,10 +215,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 def _accuracy_chart(rows: list[dict], path: Path) -> None:
     """Test accuracy per group: a dot with one-std error bars (a bar from zero when n = 1)."""
     plt = pyplot()
-    labels = [f"{r['pos']}\n{r['data']} {r['img_size']}px"
-              + (f"\ntrained at {r['train_sizes']}" if r["train_sizes"] != "-" else "")
-              + (f"\nfine-tuned from {r['finetuned_from']}" if r["finetuned_from"] not in ("", "-") else "")
-              + f"\nn={r['n']}" for r in rows]
+    labels = ["\n".join([r["pos"], r["data"], *training_setting(r), f"n={r['n']}"]) for r in rows]
     means = [100 * (r["test_acc_mean"] or 0) for r in rows]
     stds = [100 * (r["test_acc_std"] or 0) for r in rows]
     figure, axes = plt.subplots(figsize=(max(6, 1.0 * len(rows)), 4.5))
