@@ -68,12 +68,12 @@ if [ $SMOKE = 0 ]; then
     { echo "error: no CUDA device visible to torch; on a CPU machine use --cpu-smoke" >&2; exit 2; }
   GPU=$($PY -c "import torch; print(torch.cuda.get_device_name(0))")
   NGPU=$($PY -c "import torch; print(torch.cuda.device_count())")
-  DEVICE=cuda ACCEL=gpu BATCHES="256 1024" STEPS=20 REPEATS=3 EPOCHS=3 SUBSET=null TRAIN_BATCH=512
+  DEVICE=cuda TRAINER=gpu BATCHES="256 1024" STEPS=20 REPEATS=3 EPOCHS=3 SUBSET=null TRAIN_BATCH=512
   COMPILE="--compile --compile-modes default,max-autotune-no-cudagraphs,reduce-overhead"
   DDP="trainer=ddp trainer.devices=$NGPU" EXTRA=""
 else
   GPU="cpu-smoke" NGPU=2
-  DEVICE=cpu ACCEL=cpu BATCHES="32" STEPS=1 REPEATS=1 EPOCHS=1 SUBSET=1024 TRAIN_BATCH=128
+  DEVICE=cpu TRAINER=default BATCHES="32" STEPS=1 REPEATS=1 EPOCHS=1 SUBSET=1024 TRAIN_BATCH=128
   EXTRA="trainer.limit_val_batches=4 trainer.limit_test_batches=4"
   COMPILE="" DDP="trainer=ddp trainer.accelerator=cpu trainer.devices=2 trainer.precision=32-true"
 fi
@@ -117,7 +117,7 @@ if [ $SMOKE = 0 ] && command -v nvidia-smi > /dev/null; then
   SAMPLER=$!
 fi
 for pos in 2d_sin rope_mixed; do
-  step "train_$pos" $PY train.py experiment=fmnist_cpu pos=$pos seed=0 img_size=32 trainer.accelerator=$ACCEL \
+  step "train_$pos" $PY train.py experiment=fmnist_cpu pos=$pos seed=0 img_size=32 trainer=$TRAINER \
     trainer.max_epochs=$EPOCHS data.batch_size=$TRAIN_BATCH data.train_subset=$SUBSET data.system_dir="$FMNIST_DIR" \
     figures_at_end=false $EXTRA $QUIET
   step "evaluate_$pos" $PY -m vitpos.evaluate ckpt="$LOGS/fmnist_cpu/${pos}_fashion_mnist_32px_seed0" \

@@ -66,6 +66,23 @@ def test_real_ddp_launch_writes_one_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_study_sweep_trains_each_run_on_two_processes(tmp_path):
+    """The study's form, `train.py -m experiment=fmnist_cpu pos=a,b`, with the recipe's own trainer
+    (2 CPU processes): each job of the sweep launches its second rank once, and that rank runs
+    this job, not the sweep again (which would write extra runs or versions)."""
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "experiment=fmnist_cpu", "pos=none,2d_sin",
+                             *BASE, "trainer.enable_progress_bar=false", "figures_at_end=false"],
+                            cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert output.count("MEMBER: 2/2") == 2 and output.count("MEMBER: 1/2") == 2  # 2 ranks per job
+    versions = sorted(str(v.relative_to(tmp_path / "logs" / "fmnist_cpu"))
+                      for v in (tmp_path / "logs" / "fmnist_cpu").glob("*/version_*"))
+    assert versions == ["2d_sin_synthetic_28px_seed42/version_0", "none_synthetic_28px_seed42/version_0"]
+
+
+@pytest.mark.slow
 def test_nan_on_one_rank_stops_the_whole_job(tmp_path):
     result = train_py(tmp_path, "trainer.max_steps=20", "+callbacks.nan._target_=interrupt.NaNLossAtStep",
                       "+callbacks.nan.step=6", "+callbacks.nan.rank=1", "optim.check_finite_every=4")

@@ -121,8 +121,9 @@ def test_experiment_configs_compose_and_train(experiment, make_config, tmp_path)
     write_tiny_cifar10(tmp_path / "data", per_batch=16)
     write_tiny_fashion_mnist(tmp_path / "fmnist", train=64, test=16)
     standin = "data.system_dir=" + str(tmp_path / "fmnist")
-    common = ["trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "data.batch_size=16", "data.val_size=16",
-              "data.num_workers=0", "figures_at_end=false"]
+    # one process: the two-process launch of fmnist_cpu's trainer is tested in test_ddp.py
+    common = ["trainer=default", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "data.batch_size=16",
+              "data.val_size=16", "data.num_workers=0", "figures_at_end=false"]
     cfg = make_config([f"experiment={experiment}", "pos=rope_mixed", "seed=3", "trainer.max_steps=3", *common,
                        *([standin] if "fmnist" in experiment else [])])
     assert cfg.experiment == experiment
@@ -134,6 +135,17 @@ def test_experiment_configs_compose_and_train(experiment, make_config, tmp_path)
     run = Path(metrics["log_dir"])
     assert run.parent.parent == tmp_path / "logs" / experiment and run.parent.name.endswith("_seed3")
     assert math.isfinite(metrics["test/loss"]) and (run / "results.json").is_file()
+
+
+def test_cpu_recipe_keeps_the_global_batch_on_two_processes_and_gives_way_to_a_gpu_trainer(make_config):
+    """fmnist_cpu trains as 2 CPU processes of batch 64: the optimizer steps of one process with the
+    study's batch 128; trainer=gpu on the command line replaces that trainer."""
+    cpu = make_config(["experiment=fmnist_cpu"])
+    assert (cpu.trainer.accelerator, cpu.trainer.strategy, cpu.trainer.devices) == ("cpu", "ddp", 2)
+    assert cpu.data.batch_size * cpu.trainer.devices == 128
+    gpu = make_config(["experiment=fmnist_cpu", "trainer=gpu", "data.batch_size=128"])
+    assert (gpu.trainer.strategy, gpu.trainer.devices) == ("auto", 1)  # (make_config pins accelerator=cpu)
+    assert gpu.trainer.max_epochs == cpu.trainer.max_epochs and gpu.optim == cpu.optim
 
 
 def test_warmup_cosine_schedule():
