@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from torch.utils.tensorboard import SummaryWriter
 
 from vitpos.compare import compare, group_runs, transfer_curves
 from vitpos.runs import RESULTS_FILE
@@ -99,3 +100,19 @@ def test_compare_cli_errors_are_one_line(tmp_path):
                             capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: no such log folder")
+
+
+def test_images_per_second_counts_every_rank(three_runs, tmp_path):
+    """A run of 2 processes logs each device's speed and the run's: compare reports the run's."""
+    run = tmp_path / "two_ranks" / "none_synthetic_32px_seed0" / "version_0"
+    shutil.copytree(three_runs[0]["log_dir"], run)
+    for events in run.glob("events.out.tfevents*"):
+        events.unlink()
+    with SummaryWriter(run) as writer:
+        writer.add_scalar("val/acc", 0.5, 1)
+        for step, speed in enumerate([90.0, 100.0, 110.0]):
+            writer.add_scalar("train/device/samples_per_sec", speed, step)
+            writer.add_scalar("train/samples_per_sec", 2 * speed, step)
+    compare(tmp_path / "two_ranks", out=tmp_path / "out")
+    with open(tmp_path / "out" / "runs.csv") as f:
+        assert [row["images_per_s"] for row in csv.DictReader(f)] == ["200"]

@@ -69,7 +69,7 @@ def summarize(run: Path, root: Path) -> dict:
         return [event.value for event in events.Scalars(tag)] if tag in tags else []
 
     val_acc, test_acc = values("val/acc"), values("test/acc")
-    speeds = values("train/device/samples_per_sec")
+    speeds = values("train/samples_per_sec")  # the whole run: ThroughputMonitor logs each device's too
     size = config["img_size"]
     row = dict(
         experiment=config.get("experiment") or "-", pos=config["pos"]["name"],
