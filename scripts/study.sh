@@ -12,6 +12,7 @@
 # Each step whose result exists (a run's results.json, an evaluation's resolution.csv) is skipped,
 # so the study can stop at any point and continue later, or be spread over machines with SEEDS= or
 # SCHEMES= (copy LOGS between them). Needs Debian's dataset-fashion-mnist (or network access once).
+# A run of experiment=fmnist_cpu uses 2 processes (both cores of a 2-core CPU): one study.sh at a time.
 set -euo pipefail
 SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
 SEEDS=${SEEDS:-0,1,2}
