@@ -8,7 +8,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import __main__
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -32,14 +31,14 @@ def relaunches_command_line(trainer: DictConfig) -> bool:
 
 
 def run_job_as_its_own_command() -> dict:
-    """Run this sweep job as a single `train.py <its overrides>` and return its metrics. Re-running
-    a multirun's command line would start the whole sweep again in every other rank."""
-    script = [sys.executable, str(Path(sys.argv[0]).resolve())] if __main__.__spec__ is None \
-        else [sys.executable, "-m", __main__.__spec__.name]
+    """Run this sweep job as a single `python -m vitpos <its overrides>` and return its metrics.
+    Re-running a multirun's command line would start the whole sweep again in every other rank."""
     with tempfile.TemporaryDirectory() as scratch:
         metrics_file = Path(scratch, "metrics.json")
-        job = subprocess.run([*script, *HydraConfig.get().overrides.task],
-                             env=dict(os.environ, **{METRICS_FILE: str(metrics_file)}))
+        importable_from = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, importable_from)),
+                   **{METRICS_FILE: str(metrics_file)})
+        job = subprocess.run([sys.executable, "-m", "vitpos", *HydraConfig.get().overrides.task], env=env)
         if job.returncode:
             sys.exit(job.returncode)  # the job printed its own error
         return json.loads(metrics_file.read_text())
