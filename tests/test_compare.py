@@ -103,16 +103,19 @@ def test_compare_cli_errors_are_one_line(tmp_path):
 
 
 def test_images_per_second_counts_every_rank(three_runs, tmp_path):
-    """A run of 2 processes logs each device's speed and the run's: compare reports the run's."""
-    run = tmp_path / "two_ranks" / "none_synthetic_32px_seed0" / "version_0"
-    shutil.copytree(three_runs[0]["log_dir"], run)
-    for events in run.glob("events.out.tfevents*"):
-        events.unlink()
-    with SummaryWriter(run) as writer:
-        writer.add_scalar("val/acc", 0.5, 1)
-        for step, speed in enumerate([90.0, 100.0, 110.0]):
-            writer.add_scalar("train/device/samples_per_sec", speed, step)
-            writer.add_scalar("train/samples_per_sec", 2 * speed, step)
-    compare(tmp_path / "two_ranks", out=tmp_path / "out")
-    with open(tmp_path / "out" / "runs.csv") as f:
-        assert [row["images_per_s"] for row in csv.DictReader(f)] == ["200"]
+    """ThroughputMonitor logs each device's speed, and the run's only with several devices:
+    compare reports the run's, which for one device is the device's."""
+    for ranks in (1, 2):
+        run = tmp_path / f"ranks{ranks}" / "none_synthetic_32px_seed0" / "version_0"
+        shutil.copytree(three_runs[0]["log_dir"], run)
+        for events in run.glob("events.out.tfevents*"):
+            events.unlink()
+        with SummaryWriter(run) as writer:
+            writer.add_scalar("val/acc", 0.5, 1)
+            for step, speed in enumerate([90.0, 100.0, 110.0]):
+                writer.add_scalar("train/device/samples_per_sec", speed, step)
+                if ranks > 1:
+                    writer.add_scalar("train/samples_per_sec", ranks * speed, step)
+        compare(run.parents[1], out=tmp_path / f"out{ranks}")
+        with open(tmp_path / f"out{ranks}" / "runs.csv") as f:
+            assert [row["images_per_s"] for row in csv.DictReader(f)] == [str(100 * ranks)]

@@ -69,7 +69,8 @@ def summarize(run: Path, root: Path) -> dict:
         return [event.value for event in events.Scalars(tag)] if tag in tags else []
 
     val_acc, test_acc = values("val/acc"), values("test/acc")
-    speeds = values("train/samples_per_sec")  # the whole run: ThroughputMonitor logs each device's too
+    # the whole run's speed; ThroughputMonitor logs it beside each device's only with several devices
+    speeds = values("train/samples_per_sec") or values("train/device/samples_per_sec")
     size = config["img_size"]
     row = dict(
         experiment=config.get("experiment") or "-", pos=config["pos"]["name"],
