@@ -75,7 +75,7 @@ else
   GPU="cpu-smoke" NGPU=2
   DEVICE=cpu TRAINER=default BATCHES="32" STEPS=1 REPEATS=1 EPOCHS=1 SUBSET=1024 TRAIN_BATCH=128
   EXTRA="trainer.limit_val_batches=4 trainer.limit_test_batches=4"
-  COMPILE="" DDP="trainer=ddp trainer.accelerator=cpu trainer.devices=2 trainer.precision=32-true"
+  COMPILE="" DDP="trainer=cpu_ddp trainer.precision=32-true"
 fi
 SLUG=$(echo "$GPU" | tr -cs 'A-Za-z0-9' '_' | sed 's/_$//' | tr 'A-Z' 'a-z')
 OUT_DIR=${OUT_DIR:-benchmarks/results/$SLUG}

@@ -49,9 +49,8 @@ def test_two_processes_equal_one_with_twice_the_batch(pos, make_config):
 
 def train_py(cwd: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *BASE, "pos=2d_sin", "trainer.accelerator=cpu",
-                           "trainer.strategy=ddp", "trainer.devices=2", "trainer.enable_progress_bar=false",
-                           "data.batch_size=32", *overrides],
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), "trainer=cpu_ddp", *BASE, "pos=2d_sin",
+                           "trainer.enable_progress_bar=false", "data.batch_size=32", *overrides],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
