@@ -3,13 +3,14 @@ the batched augmentation, the device-resident batches."""
 from __future__ import annotations
 
 import pickle
+import tarfile
 
 import numpy as np
 import pytest
 import torch
 
 from vitpos import DataNotFoundError
-from vitpos.data import (CIFAR10_FOLDER, DIRECTIONS, CIFAR10DataModule, DeviceBatches, FashionMNISTDataModule,
+from vitpos.data import (CIFAR10_ARCHIVE, CIFAR10_FOLDER, DIRECTIONS, CIFAR10DataModule, DeviceBatches, FashionMNISTDataModule,
                          SyntheticDataModule, make_synthetic, random_crop_flip)
 from vitpos.errors import ConfigError
 
@@ -59,6 +60,25 @@ def test_cifar10_missing_names_folder_archive_and_alternative(tmp_path):
     assert "\n" not in message
     assert str((tmp_path / "nowhere").resolve()) in message and "cifar-10-python.tar.gz" in message
     assert "data=fashion_mnist" in message
+
+
+@pytest.mark.parametrize("copy", ["official archive in data_dir", "data.root=archive", "data.root=folder"])
+def test_cifar10_reads_the_official_archive_and_its_folder_alike(copy, tmp_path):
+    write_tiny_cifar10(tmp_path / "extracted")
+    (tmp_path / "data").mkdir()
+    with tarfile.open(tmp_path / "data" / CIFAR10_ARCHIVE, "w:gz") as tar:
+        tar.add(tmp_path / "extracted" / CIFAR10_FOLDER, arcname=CIFAR10_FOLDER)
+    root = {"official archive in data_dir": None, "data.root=archive": str(tmp_path / "data" / CIFAR10_ARCHIVE),
+            "data.root=folder": str(tmp_path / "extracted")}[copy]
+    datamodule = CIFAR10DataModule(root=root, data_dir=str(tmp_path / "data"), val_size=10, batch_size=8,
+                                   download=False)
+    datamodule.setup()
+    reference = CIFAR10DataModule(data_dir=str(tmp_path / "extracted"), val_size=10, batch_size=8, download=False)
+    reference.setup()
+    for split in ("train_set", "val_set", "test_set"):
+        assert torch.equal(getattr(datamodule, split).images, getattr(reference, split).images)
+        assert torch.equal(getattr(datamodule, split).labels, getattr(reference, split).labels)
+    assert datamodule.source.startswith("archive" if "archive" in copy else "pickled batches")
 
 
 def test_fashion_mnist_missing_everywhere_is_clear(tmp_path):

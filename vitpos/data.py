@@ -8,7 +8,9 @@ the training device and each batch is one indexing of it (`DeviceBatches`): no p
 no collate, no host-to-device copy per step. The `randaugment` / `trivialaugment` policies run per
 sample in the DataLoader workers, so they keep the DataLoader.
 
-- `cifar10`: torchvision's CIFAR-10 (downloaded when online) read from the pickled batches.
+- `cifar10`: CIFAR-10 from the pickled batches (torchvision's download), the official archive or
+  an image tree of it (e.g. a JPEG copy), whichever `data.root` or the data folder holds.
+- `image_folder`: any `train/<class>/` + `test/<class>/` tree of JPEG/PNG files, or its archive.
 - `fashion_mnist`: Debian's `dataset-fashion-mnist` files when installed, else torchvision's
   download; resized to `img_size`, 1 channel.
 - `synthetic`: generated in memory, deterministic by seed; the label is the relative placement of
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import pickle
+import tarfile
 from pathlib import Path
 
 import lightning as L
@@ -27,6 +30,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .errors import ConfigError, DataNotFoundError
+from .image_folder import load_image_tree
 from .model import image_size
 
 AUGMENTS = ("none", "standard", "randaugment", "trivialaugment")
@@ -210,6 +214,7 @@ class ImageDataModule(L.LightningDataModule):
     native_size: tuple[int, int]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    source: str = ""  # which copy of the data was read, once loaded (runs record it)
 
     def __init__(self, data_dir: str = "data", img_size: int | tuple[int, int] = 32, batch_size: int = 128,
                  num_workers: int = 0, augment: str = "standard", crop_padding: int = 4, hflip: bool = True,
@@ -357,34 +362,96 @@ class ImageDataModule(L.LightningDataModule):
 
 CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
+CIFAR10_BATCHES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+CIFAR10_IMAGE_TREES = ("cifar10-jpeg", "cifar10-jpeg.tar.gz", "cifar10", "cifar10.tar.gz", "cifar10.zip")
 
 
 def read_cifar10(folder: Path, train: bool) -> tuple[Tensor, Tensor]:
     """Read CIFAR-10's pickled batches (the format torchvision downloads) as uint8 tensors."""
-    names = [f"data_batch_{i}" for i in range(1, 6)] if train else ["test_batch"]
+    names = CIFAR10_BATCHES[:5] if train else CIFAR10_BATCHES[5:]
+    return unpickle_cifar10([(folder / name).read_bytes() for name in names])
+
+
+def read_cifar10_archive(path: Path) -> dict[str, tuple[Tensor, Tensor]]:
+    """Both splits from the official `cifar-10-python.tar.gz`, read in one pass without extracting."""
+    batches = {}
+    with tarfile.open(path) as archive:
+        for member in archive:
+            if member.isfile() and Path(member.name).name in CIFAR10_BATCHES:
+                batches[Path(member.name).name] = archive.extractfile(member).read()
+    missing = [name for name in CIFAR10_BATCHES if name not in batches]
+    if missing:
+        raise DataNotFoundError(f"{path} lacks {', '.join(missing)}; it is not a complete {CIFAR10_ARCHIVE}, "
+                                f"download it again")
+    return {"train": unpickle_cifar10([batches[n] for n in CIFAR10_BATCHES[:5]]),
+            "test": unpickle_cifar10([batches[CIFAR10_BATCHES[5]]])}
+
+
+def unpickle_cifar10(batches: list[bytes]) -> tuple[Tensor, Tensor]:
     images, labels = [], []
-    for name in names:
-        with open(folder / name, "rb") as f:
-            entry = pickle.load(f, encoding="latin1")
-        images.append(torch.as_tensor(entry["data"], dtype=torch.uint8).reshape(-1, 3, 32, 32))
+    for raw in batches:
+        entry = pickle.loads(raw, encoding="latin1")
+        images.append(torch.as_tensor(entry["data"], dtype=torch.uint8).reshape(-1, 3, 32, 32))  # rows: R, G, B planes
         labels.append(torch.as_tensor(entry["labels"], dtype=torch.int64))
     return torch.cat(images), torch.cat(labels)
 
 
+def is_cifar10_archive(path: Path) -> bool:
+    """Whether `path` is the official archive (its first entry is the batches folder)."""
+    try:
+        with tarfile.open(path) as archive:
+            first = archive.next()
+    except (tarfile.TarError, OSError):
+        return False
+    return first is not None and first.name.split("/")[0] == CIFAR10_FOLDER
+
+
 class CIFAR10DataModule(ImageDataModule):
-    """CIFAR-10 (Krizhevsky 2009): 50k train / 10k test, 32x32 RGB, 10 classes."""
+    """CIFAR-10 (Krizhevsky 2009): 50k train / 10k test, 32x32 RGB, 10 classes, from any of its
+    usual copies: the pickled batches (torchvision's download), the official archive, or an image
+    tree of it (folder or archive, e.g. a JPEG copy; see `vitpos.image_folder`).
+
+    Args:
+        root: the copy to read (a folder or an archive); None searches `data_dir` for
+            cifar-10-batches-py/, cifar-10-python.tar.gz, then cifar10-jpeg/ or its archive, then
+            downloads (with `download`).
+        cache_dir: where an image tree's decoded tensors are kept (None: decode every run).
+    """
 
     name = "cifar10"
     num_classes, in_chans, native_size = 10, 3, (32, 32)
     mean = (0.4914, 0.4822, 0.4465)
     std = (0.2470, 0.2435, 0.2616)
 
-    def _complete(self) -> bool:
-        folder = self.data_dir / CIFAR10_FOLDER
-        return all((folder / n).is_file() for n in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"])
+    def __init__(self, root: str | None = None, cache_dir: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.root = Path(root).expanduser() if root else None
+        self.cache_dir = cache_dir
+        self.source = ""  # which copy was read, set by load(): runs record it
+        self._splits: dict[str, tuple[Tensor, Tensor]] = {}
+
+    def _find(self) -> tuple[str, Path] | None:
+        """(kind, path) of the copy to read: kind is `batches`, `archive` or `tree`."""
+        if self.root is not None:
+            if not self.root.exists():
+                raise DataNotFoundError(f"data.root={self.root} does not exist; pass CIFAR-10's folder or archive "
+                                        f"({CIFAR10_FOLDER}/, {CIFAR10_ARCHIVE}, or an image tree of it)")
+            for folder in (self.root / CIFAR10_FOLDER, self.root):
+                if all((folder / name).is_file() for name in CIFAR10_BATCHES):
+                    return "batches", folder
+            return ("archive" if self.root.is_file() and is_cifar10_archive(self.root) else "tree"), self.root
+        if all((self.data_dir / CIFAR10_FOLDER / name).is_file() for name in CIFAR10_BATCHES):
+            return "batches", self.data_dir / CIFAR10_FOLDER
+        if (self.data_dir / CIFAR10_ARCHIVE).is_file():
+            return "archive", self.data_dir / CIFAR10_ARCHIVE
+        for name in CIFAR10_IMAGE_TREES:
+            if (self.data_dir / name).exists():
+                return "tree", self.data_dir / name
+        return None
 
     def prepare_data(self) -> None:
-        if self._complete():
+        if self._find() is not None:
             return
         reason = "download disabled (data.download=false)"
         if self.download:
@@ -398,13 +465,75 @@ class CIFAR10DataModule(ImageDataModule):
         raise DataNotFoundError(
             f"CIFAR-10 not found in {(self.data_dir / CIFAR10_FOLDER).resolve()} ({reason}). "
             f"Place {CIFAR10_ARCHIVE} (https://www.cs.toronto.edu/~kriz/{CIFAR10_ARCHIVE}) in "
-            f"{self.data_dir.resolve()}/ or extract it there, or set paths.data_dir=<folder holding "
-            f"{CIFAR10_FOLDER}>; offline alternatives: data=fashion_mnist or data=synthetic."
+            f"{self.data_dir.resolve()}/ or extract it there, pass data.root=<a copy: that archive, its "
+            f"folder, or an image tree train/<class>/ + test/<class>/ or its archive>, or set "
+            f"paths.data_dir=<folder holding one>; offline alternatives: data=fashion_mnist or data=synthetic."
         )
 
     def load(self, train: bool) -> tuple[Tensor, Tensor]:
-        self.prepare_data()
-        return read_cifar10(self.data_dir / CIFAR10_FOLDER, train)
+        if not self._splits:
+            self.prepare_data()
+            kind, path = self._find()
+            if kind == "batches":
+                self._splits = {"train": read_cifar10(path, True), "test": read_cifar10(path, False)}
+                self.source = f"pickled batches {path.resolve()}"
+            elif kind == "archive":
+                self._splits = read_cifar10_archive(path)
+                self.source = f"archive {path.resolve()}"
+            else:
+                tree = load_image_tree(path, self.cache_dir, self.native_size)
+                if tuple(tree.classes) != CIFAR10_CLASSES or tree.in_chans != 3 or tree.native_size != self.native_size:
+                    raise ConfigError(f"{path} is not CIFAR-10: classes {', '.join(tree.classes)}, {tree.in_chans} "
+                                      f"channels, {tree.native_size} px; for another image tree use data=image_folder "
+                                      f"data.root={path}")
+                self._splits = {"train": (tree.train_images, tree.train_labels),
+                                "test": (tree.test_images, tree.test_labels)}
+                self.source = tree.source
+        return self._splits["train" if train else "test"]
+
+
+class ImageFolderDataModule(ImageDataModule):
+    """Any image tree `train/<class>/*` + `test/<class>/*` (or `val/`) of JPEG/PNG files, a folder
+    or an archive (see `vitpos.image_folder`): classes are the sorted folder names of train/, the
+    channel mean and std are the training split's, `num_classes` and `in_chans` come from the data.
+    Images of mixed sizes are resized to `img_size` once, when decoded.
+
+    Args:
+        root: the folder or archive.
+        cache_dir: where the decoded tensors are kept (None: decode every run).
+    """
+
+    name = "image_folder"
+
+    def __init__(self, root: str | None = None, cache_dir: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        if not root:
+            raise ConfigError("data=image_folder needs data.root=<folder or .tar/.tar.gz/.zip holding "
+                              "train/<class>/ and test/<class>/ image folders>")
+        self.root, self.cache_dir = Path(root).expanduser(), cache_dir
+        self._tree = None
+
+    @property
+    def tree(self):
+        if self._tree is None:
+            self._tree = load_image_tree(self.root, self.cache_dir, self.img_size)
+        return self._tree
+
+    num_classes = property(lambda self: len(self.tree.classes))
+    in_chans = property(lambda self: self.tree.in_chans)
+    native_size = property(lambda self: self.tree.native_size)
+    mean = property(lambda self: self.tree.mean)
+    std = property(lambda self: self.tree.std)
+    source = property(lambda self: self.tree.source)
+    classes = property(lambda self: self.tree.classes)
+
+    def prepare_data(self) -> None:
+        """Read (and check) the tree; the first process decodes it into the cache, others wait."""
+        self.load(train=True)
+
+    def load(self, train: bool) -> tuple[Tensor, Tensor]:
+        tree = self.tree
+        return (tree.train_images, tree.train_labels) if train else (tree.test_images, tree.test_labels)
 
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")

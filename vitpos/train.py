@@ -47,7 +47,7 @@ def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
     )
 
 
-def hparams_row(cfg: DictConfig, module: ImageClassifier, data: str, trained_size=None) -> dict:
+def hparams_row(cfg: DictConfig, module: ImageClassifier, datamodule: ImageDataModule, trained_size=None) -> dict:
     """The HParams-tab columns: what tells runs of a comparison apart (the full config stays in
     the run's config.yaml; parameters and speed are in vitpos.compare)."""
     model = module.model.config
@@ -55,7 +55,8 @@ def hparams_row(cfg: DictConfig, module: ImageClassifier, data: str, trained_siz
         "pos": cfg.pos.name,
         "seed": cfg.seed,
         "size": size_tag(to_container(cfg.img_size)),
-        "data": data,
+        "data": datamodule.name,
+        "data_source": datamodule.source or "-",
         "experiment": cfg.get("experiment") or "-",
         "finetuned_from": size_tag(trained_size) if trained_size else "-",
         "train_sizes": sizes_tag(cfg.train_img_sizes) if cfg.get("train_img_sizes") else "-",
@@ -231,11 +232,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule.setup("fit")  # ... and on a split that cannot fill one batch
     if trainer.is_global_zero:
         check_writable(log_root)
-        log_hparams(logger, hparams_row(cfg, module, datamodule.name, trained_size))
+        log_hparams(logger, hparams_row(cfg, module, datamodule, trained_size))
         OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
         grid = "x".join(map(str, module.model.grid))
         print(f"vitpos: run {logger.log_dir} | pos={cfg.pos.name} | {grid} grid ({size_tag(module.model.config['img_size'])}, "
-              f"patch {module.model.patch_size}){' | training sizes ' + sizes_tag(datamodule.train_img_sizes) if mixed else ''} | data={datamodule.name} ({len(datamodule.train_set)} train, "
+              f"patch {module.model.patch_size}){' | training sizes ' + sizes_tag(datamodule.train_img_sizes) if mixed else ''} | data={datamodule.name}{' from ' + datamodule.source if datamodule.source else ''} ({len(datamodule.train_set)} train, "
               f"{len(datamodule.val_set)} val) | precision {trainer_cfg['precision']}", flush=True)
 
     started = time.perf_counter()
@@ -254,6 +255,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     metrics["checkpoint"] = best.best_model_path or str(checkpoint_dir / "last.ckpt")
     metrics["log_dir"] = logger.log_dir
     metrics["params"] = sum(p.numel() for p in module.model.parameters())
+    metrics["data_source"] = datamodule.source or datamodule.name
     metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
     if trainer.is_global_zero:  # the mark of a finished run: compare and the study scripts read it
         (Path(logger.log_dir) / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")

@@ -1,0 +1,265 @@
+"""Image trees (`train/<class>/*`, `test/<class>/*` or `val/<class>/*`) read from a folder or an
+archive into uint8 tensors, decoded once and cached.
+
+The layout is torchvision's `ImageFolder` (classes = sorted folder names of `train/`); the tree
+may sit at the root or under one top folder (`cifar10-jpeg/train/...`). JPEG and PNG files are
+decoded with `torchvision.io` (batched); hidden files (`.DS_Store`) are skipped, any other file is
+an error naming it. The decoded splits are saved under `cache_dir`, keyed by the source's path,
+size and modification time (every file's, for a folder), so later runs and DDP ranks load tensors
+instead of decoding; a file lock makes one process build while the others wait.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .errors import ConfigError, DataNotFoundError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+SPLIT_FOLDERS = {"train": ("train",), "test": ("test", "val")}
+CACHE_FORMAT = 1  # bump when the cached tensors' meaning changes
+
+
+@dataclass
+class ImageSplits:
+    """A decoded tree: uint8 images (N, C, H, W) and int64 labels (N,) per split, the class names
+    (label order), the training split's channel mean and std (0..1 scale) and a description of
+    the source (path, and whether it was lossy JPEG)."""
+
+    train_images: Tensor
+    train_labels: Tensor
+    test_images: Tensor
+    test_labels: Tensor
+    classes: list[str]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    source: str
+
+    @property
+    def in_chans(self) -> int:
+        return int(self.train_images.shape[1])
+
+    @property
+    def native_size(self) -> tuple[int, int]:
+        return int(self.train_images.shape[2]), int(self.train_images.shape[3])
+
+
+@dataclass
+class TreeFile:
+    split: str   # "train" or "test"
+    label: str   # class folder name
+    name: str    # path inside the source, for messages
+    key: object  # what `Source.read` needs to return the bytes
+
+
+class Source:
+    """A folder or an archive (.tar, .tar.gz/.tgz/.tar.xz/.tar.bz2, .zip) holding an image tree."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        if not root.exists():
+            raise DataNotFoundError(f"data.root={root} does not exist; pass a folder holding train/<class>/ and "
+                                    f"test/<class>/ image folders, or a .tar / .tar.gz / .zip archive of one")
+        self.kind = "folder" if root.is_dir() else "zip" if zipfile.is_zipfile(root) else "tar"
+        if self.kind == "tar" and not is_tarfile(root):
+            raise ConfigError(f"data.root={root} is neither a folder nor a .tar / .tar.gz / .zip archive; "
+                              f"pass an image folder or an archive of one")
+
+    def members(self) -> list[tuple[str, object, bool]]:
+        """(posix path relative to the root, read key, is a folder) of every entry."""
+        if self.kind == "folder":
+            entries = []
+            for folder, dirs, files in os.walk(self.root):
+                dirs.sort()
+                relative = PurePosixPath(Path(folder).relative_to(self.root).as_posix())
+                entries += [(str(relative / d), None, True) for d in dirs]
+                entries += [(str(relative / f), Path(folder, f), False) for f in sorted(files)]
+            return entries
+        if self.kind == "zip":
+            with zipfile.ZipFile(self.root) as archive:
+                return [(info.filename.rstrip("/"), info.filename, info.is_dir()) for info in archive.infolist()]
+        with tarfile.open(self.root) as archive:
+            return [(member.name, member.name, member.isdir()) for member in archive if member.isdir() or member.isfile()]
+
+    def read_all(self, files: list[TreeFile]) -> list[bytes]:
+        """The bytes of `files`, in their order (archives are read in one pass)."""
+        if self.kind == "folder":
+            return [Path(f.key).read_bytes() for f in files]
+        wanted = {f.key: i for i, f in enumerate(files)}
+        data: list[bytes | None] = [None] * len(files)
+        if self.kind == "zip":
+            with zipfile.ZipFile(self.root) as archive:
+                for key, i in wanted.items():
+                    data[i] = archive.read(key)
+        else:
+            with tarfile.open(self.root) as archive:
+                for member in archive:
+                    if member.name in wanted:
+                        data[wanted[member.name]] = archive.extractfile(member).read()
+        return data
+
+    def fingerprint(self) -> str:
+        """A hash of the source's path, size and mtime (each file's, for a folder)."""
+        stats = [(str(self.root.resolve()), self.root.stat().st_size, self.root.stat().st_mtime_ns)]
+        if self.kind == "folder":
+            stats += [(name, os.stat(key).st_size, os.stat(key).st_mtime_ns) for name, key, is_dir in self.members()
+                      if not is_dir]
+        return hashlib.sha256(repr((CACHE_FORMAT, stats)).encode()).hexdigest()[:16]
+
+
+def is_tarfile(path: Path) -> bool:
+    try:
+        return tarfile.is_tarfile(path)
+    except OSError:
+        return False
+
+
+def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[TreeFile]:
+    """The image files of the tree, checked: train/ and test/ (or val/) under one prefix, every
+    test class in train/, no empty class folder, nothing but images."""
+    where = f"data.root={source.root}"
+    files: list[TreeFile] = []
+    class_dirs: dict[tuple[str, str], int] = {}  # (split, class) -> image count
+    prefixes = set()
+    for name, key, is_dir in listing:
+        parts = PurePosixPath(name).parts
+        for depth in (0, 1):  # the tree at the root, or under one top folder
+            if len(parts) not in (depth + 2, depth + 3) or parts[depth] not in sum(SPLIT_FOLDERS.values(), ()):
+                continue
+            split = next(s for s, names in SPLIT_FOLDERS.items() if parts[depth] in names)
+            prefixes.add((parts[:depth], parts[depth]))
+            label = parts[depth + 1]
+            if len(parts) == depth + 2:
+                if is_dir:
+                    class_dirs.setdefault((split, label), 0)
+                else:
+                    raise ConfigError(f"{where}: {name} is a file beside the class folders of {parts[depth]}/; "
+                                      f"images go in {parts[depth]}/<class>/, remove or move it")
+            elif not is_dir and not parts[-1].startswith("."):
+                if not parts[-1].lower().endswith(IMAGE_SUFFIXES):
+                    raise ConfigError(f"{where}: {name} is not an image ({', '.join(IMAGE_SUFFIXES)}); "
+                                      f"remove it from the tree")
+                class_dirs[(split, label)] = class_dirs.get((split, label), 0) + 1
+                files.append(TreeFile(split, label, name, key))
+            break
+    tops = {prefix for prefix, _ in prefixes}
+    if len(tops) > 1:
+        raise ConfigError(f"{where} holds more than one image tree ({', '.join('/'.join(t) or '.' for t in sorted(tops))}); "
+                          f"pass the folder of one")
+    splits = {next(s for s, names in SPLIT_FOLDERS.items() if folder in names) for _, folder in prefixes}
+    for split, names in SPLIT_FOLDERS.items():
+        if split not in splits:
+            raise ConfigError(f"{where} has no {' or '.join(f'{n}/<class>/' for n in names)} folder of images; "
+                              f"a tree needs train/<class>/*.jpg|png and test/<class>/ (or val/<class>/)")
+    test_folders = {folder for _, folder in prefixes if folder in SPLIT_FOLDERS["test"]}
+    if len(test_folders) > 1:
+        raise ConfigError(f"{where} has both test/ and val/; keep one of them (it is the test split)")
+    for (split, label), count in sorted(class_dirs.items()):
+        if count == 0:
+            raise ConfigError(f"{where}: class folder {split}/{label}/ holds no image; add images or remove it")
+    train_classes = {label for split, label in class_dirs if split == "train"}
+    missing = sorted({label for split, label in class_dirs if split == "test"} - train_classes)
+    if missing:
+        raise ConfigError(f"{where}: test class {missing[0]!r} has no folder in train/ (train/ has "
+                          f"{', '.join(sorted(train_classes))}); a class must be in both")
+    return files
+
+
+def decode(files: list[TreeFile], data: list[bytes], size: tuple[int, int], where: str) -> Tensor:
+    """Decode to one uint8 (N, C, H, W) tensor; images of another size than the first are resized
+    to `size` (all of them then are)."""
+    from torchvision.io import ImageReadMode, decode_image
+
+    images = []
+    for file, raw in zip(files, data):
+        try:
+            images.append(decode_image(torch.frombuffer(bytearray(raw), dtype=torch.uint8), ImageReadMode.UNCHANGED))
+        except (RuntimeError, ValueError) as error:
+            raise ConfigError(f"{where}: {file.name} cannot be decoded as an image ({str(error).splitlines()[0]}); "
+                              f"remove or replace it") from None
+    channels = {}
+    for file, image in zip(files, images):
+        channels.setdefault(image.shape[0], file.name)
+    if len(channels) > 1:
+        described = ", ".join(f"{count}-channel ({name})" for count, name in sorted(channels.items()))
+        raise ConfigError(f"{where}: the images mix channel counts: {described}; convert them to one (e.g. all RGB)")
+    if len({tuple(image.shape[1:]) for image in images}) > 1:
+        images = [resize(image, size) for image in images]
+    return torch.stack(images)
+
+
+def resize(image: Tensor, size: tuple[int, int]) -> Tensor:
+    if tuple(image.shape[1:]) == tuple(size):
+        return image
+    resized = F.interpolate(image[None].float(), size=size, mode="bicubic", antialias=True, align_corners=False)
+    return resized[0].round().clamp(0, 255).to(torch.uint8)
+
+
+def build(source: Source, size: tuple[int, int]) -> ImageSplits:
+    files = find_tree(source, source.members())
+    classes = sorted({f.label for f in files if f.split == "train"})
+    index = {label: i for i, label in enumerate(classes)}
+    images = decode(files, source.read_all(files), size, f"data.root={source.root}")
+    labels = torch.tensor([index[f.label] for f in files], dtype=torch.int64)
+    is_train = torch.tensor([f.split == "train" for f in files])
+    train = images[is_train].float().div_(255)
+    mean = tuple(train.mean(dim=(0, 2, 3)).tolist())
+    std = tuple(train.std(dim=(0, 2, 3)).tolist())
+    lossy = any(f.name.lower().endswith((".jpg", ".jpeg")) for f in files)
+    described = f"image {'folder' if source.kind == 'folder' else 'archive'} {source.root.resolve()}"
+    return ImageSplits(images[is_train].contiguous(), labels[is_train], images[~is_train].contiguous(),
+                       labels[~is_train], classes, mean, std, described + (" (JPEG: lossy)" if lossy else ""))
+
+
+def load_image_tree(root: str | Path, cache_dir: str | Path | None, size: tuple[int, int]) -> ImageSplits:
+    """Read the image tree at `root` (folder or archive), from `cache_dir` when it holds this
+    version of the source; `size` is used only when the images differ in size."""
+    source = Source(Path(root).expanduser())
+    if cache_dir is None:
+        return build(source, size)
+    cache_dir = Path(cache_dir).expanduser()
+    stem = source.root.name.split(".")[0] or "images"
+    cached = cache_dir / f"{stem}-{source.fingerprint()}-{size[0]}x{size[1]}.pt"
+    if cached.is_file():
+        return load_cached(cached)
+    created = not cache_dir.exists()
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        lock = os.open(cache_dir, os.O_RDONLY)  # the folder itself is the lock: no lock file to leave behind
+    except OSError as error:
+        print(f"vitpos: cannot write the decoded-image cache to {cache_dir} ({error.strerror}); decoding "
+              f"without it (set data.cache_dir=<writable folder>)", flush=True)
+        return build(source, size)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process decodes, the others wait and then load its cache
+        if cached.is_file():
+            return load_cached(cached)
+        print(f"vitpos: decoding {source.root} once into {cached}", flush=True)
+        splits = build(source, size)
+        temporary = cached.with_name(f".{cached.name}.tmp{os.getpid()}")
+        try:
+            torch.save(vars(splits), temporary)
+            os.replace(temporary, cached)
+        finally:
+            temporary.unlink(missing_ok=True)
+        return splits
+    except BaseException:
+        if created and not any(cache_dir.iterdir()):
+            cache_dir.rmdir()  # a tree that failed to read leaves no cache folder behind
+        raise
+    finally:
+        os.close(lock)
+
+
+def load_cached(path: Path) -> ImageSplits:
+    return ImageSplits(**torch.load(path, mmap=True, weights_only=True))
+
