@@ -27,17 +27,20 @@ FIXED_TABLES = ("1d_sin", "2d_sin", "rope_axial", "alibi_2d")
 # The Swin init (std 0.02 on the attention logits) moves the logits by ~1e-5 only under a patch
 # shuffle; scaled to a trained-table magnitude (std ~2) the dependence on position is clear. Likewise
 # cpb: SwinV2's init (MLP weights std 0.02) gives 16*sigmoid(~0) = 8 +- 0.03 for every offset.
-SCALE_POS = {"rel_bias": 100.0, "cpb": 10.0}
+# rel_shaw's term q . a is a product of two init-sized factors (tables std 0.02, queries of the ViT
+# init), so both are scaled: its tables here, its q in SCALE_QK (measured shuffle change: 2e-4 with
+# the tables alone x100, 4e-3 with both x10).
+SCALE_POS = {"rel_bias": 100.0, "cpb": 10.0, "rel_shaw": 10.0}
 # Schemes whose position signal acts through the content logits q.k (RoPE rotates q and k) or
 # competes with them (ALiBi's fixed slopes, 1/16 and 1/256 for 2 heads) have no table to scale: with
 # the ViT init (qkv std 0.02) q.k ~ 1e-2, attention is near-uniform, and a patch shuffle moves the
 # logits by only 1e-5 (gap: a relative scheme then sees the order only through border effects at
 # first order, as rel_bias unscaled does) to 8e-5 (alibi_2d, cls). With q and k at a trained
 # magnitude (qkv weights x10, logits O(1)) the dependence on the order is clear (measured 2e-3 to 1).
-SCALE_QK = {"rope_axial": 10.0, "rope_mixed": 10.0, "alibi_2d": 10.0}
+SCALE_QK = {"rope_axial": 10.0, "rope_mixed": 10.0, "alibi_2d": 10.0, "rel_shaw": 10.0}
 # Schemes with a learned attention bias per layer, their parameters named `layers.<i>.` (see the
 # cls-pooling exemption in test_gradient_reaches_every_positional_parameter).
-PER_LAYER_BIAS = {"rel_bias", "cpb"}
+PER_LAYER_BIAS = {"rel_bias", "cpb", "rel_shaw"}
 
 
 def make(pos: str, img_size=32, pool: str = "gap", seed: int = 0, **kwargs) -> vitpos.VisionTransformer:
@@ -217,17 +220,19 @@ def test_patch_shuffle_changes_logits_unless_no_position(pos, pool):
 @pytest.mark.parametrize("size", [(32, 32), (32, 48)], ids=["built-grid", "other-grid"])
 @pytest.mark.parametrize("pos", [name for name in SCHEMES if vitpos.pos.get_pos_class(name).uses("bias")])
 def test_cls_token_gets_no_attention_bias(pos, size):
-    """Prefix tokens get no position: the bias the blocks see is the scheme's patch bias with a zero
-    row and column for the cls token in front."""
+    """Prefix tokens get no position: the bias the blocks see is the scheme's bias of the patch
+    queries only, with a zero row and column for the cls token in front."""
     model = make(pos, 32, "cls")
     grid = (size[0] // PATCH, size[1] // PATCH)
     n = grid[0] * grid[1]
+    heads = SMALL["num_heads"]
+    q = torch.randn(2, heads, 1 + n, SMALL["dim"] // heads)  # (B, heads, 1+N, head_dim), cls first
     for layer in range(SMALL["depth"]):
-        full = model._bias(layer, grid)
-        patch = model.pos.bias(layer, grid)
-        assert full.shape == (SMALL["num_heads"], 1 + n, 1 + n)
-        assert torch.equal(full[:, 1:, 1:], patch)
-        assert not full[:, 0, :].any() and not full[:, :, 0].any()
+        full = model._bias(layer, grid, q)
+        patch = model.pos.bias(layer, grid, q[:, :, 1:])
+        assert full.shape[-3:] == (heads, 1 + n, 1 + n)
+        assert torch.equal(full[..., 1:, 1:], patch)
+        assert not full[..., 0, :].any() and not full[..., :, 0].any()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Attention-bias schemes (`rel_bias`, `cpb`, `alibi_2d`): functions of the offset only, references
-written here. Rectangular grids throughout, so a swapped H/W or a grid inferred with sqrt(N) shows
-up."""
+"""Attention-bias schemes (`rel_bias`, `cpb`, `alibi_2d`: functions of the offset only; `rel_shaw`:
+of the offset and the query), references written here. Rectangular grids throughout, so a swapped
+H/W or a grid inferred with sqrt(N) shows up."""
 from __future__ import annotations
 
 import copy
@@ -243,3 +243,132 @@ def test_cpb_mlp_runs_in_the_parameter_dtype_under_autocast():
     with torch.no_grad():
         assert model.pos.bias(0, (12, 12)).dtype == torch.bfloat16
         assert model(torch.randn(1, 3, 48, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
+# ----------------------------------------------------------------------------------------------
+# rel_shaw: the logit term q_i . (a_row[clip(dr)] + a_col[clip(dc)]) / sqrt(head_dim), per layer
+
+
+def shaw_model(max_distance: int = 2, img_size=(12, 20), **kwargs):
+    """rel_shaw built for a 3 x 5 grid, head_dim 8, its tables random (the init's are near zero)."""
+    model = build("rel_shaw", img_size, dim=16, num_heads=2, pos_kwargs={"max_distance": max_distance}, **kwargs)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for table in model.pos.parameters():
+            table.copy_(torch.randn(table.shape, generator=generator))
+    return model
+
+
+def shaw_reference(model, layer: int, grid, q):
+    """The term by a loop over every (query i, key j) pair, offsets key - query (Shaw's j - i), fp64."""
+    k = model.pos.max_distance
+    rows, cols = (model.pos.layers[layer][axis].double() for axis in ("rows", "cols"))
+    batch, heads, n, head_dim = q.shape
+    term = torch.empty(batch, heads, n, n, dtype=torch.float64)
+    for i in range(n):
+        for j in range(n):
+            (row_i, col_i), (row_j, col_j) = divmod(i, grid[1]), divmod(j, grid[1])
+            a = rows[min(max(row_j - row_i, -k), k) + k] + cols[min(max(col_j - col_i, -k), k) + k]
+            term[:, :, i, j] = q[:, :, i].double() @ a / math.sqrt(head_dim)
+    return term
+
+
+def random_queries(grid, batch: int = 2, heads: int = 2, head_dim: int = 8, seed: int = 1):
+    return torch.randn(batch, heads, grid[0] * grid[1], head_dim, generator=torch.Generator().manual_seed(seed))
+
+
+def same_query_everywhere(grid, heads: int = 2, head_dim: int = 8):
+    """One random query per head, at every token: (1, heads, N, head_dim)."""
+    return random_queries((1, 1), batch=1, heads=heads, head_dim=head_dim).expand(-1, -1, grid[0] * grid[1], -1)
+
+
+# 3 x 5 with max_distance 2 clips the column offsets +-3, +-4; with 1 also the row offsets +-2
+@pytest.mark.parametrize("max_distance", [1, 2])
+@pytest.mark.parametrize("grid", [(3, 5), (4, 7)], ids=["built-grid", "other-grid"])
+def test_rel_shaw_equals_the_per_pair_loop(grid, max_distance):
+    model = shaw_model(max_distance)
+    q = random_queries(grid)
+    for layer in range(2):
+        term = model.pos.bias(layer, grid, q)
+        n = grid[0] * grid[1]
+        assert term.shape == (2, 2, n, n) and term.dtype == torch.float32
+        torch.testing.assert_close(term.double(), shaw_reference(model, layer, grid, q), atol=1e-5, rtol=1e-5)
+    assert not torch.equal(model.pos.bias(0, grid, q), model.pos.bias(1, grid, q)), "each layer has its own tables"
+
+
+@pytest.mark.parametrize("grid", [(3, 5), (4, 7), (7, 4)], ids=["built-grid", "other-grid", "transposed-grid"])
+def test_rel_shaw_same_offset_and_query_same_term(grid):
+    """Translation: token pairs with the same (drow, dcol) and the same query get the same term (and
+    different queries different terms: the bias depends on the query, unlike rel_bias')."""
+    model = shaw_model()
+    with torch.no_grad():
+        for head in model.pos.bias(0, grid, same_query_everywhere(grid))[0]:
+            assert_function_of_offset(head, grid, atol=1e-5)
+        varied = model.pos.bias(0, grid, random_queries(grid))[0, 0]
+    spread = [max(group) - min(group) for group in group_by_offset(varied, grid).values() if len(group) > 1]
+    assert max(spread) > 0.1
+
+
+@pytest.mark.parametrize("max_distance", [1, 2])
+def test_rel_shaw_offsets_beyond_max_distance_get_the_term_of_max_distance(max_distance):
+    grid = (4, 7)  # row offsets up to 3, column offsets up to 6: beyond either max_distance
+    model = shaw_model(max_distance)
+    with torch.no_grad():
+        for head in model.pos.bias(0, grid, same_query_everywhere(grid))[0]:
+            per_offset = assert_function_of_offset(head, grid, atol=1e-5)
+
+            def clip(d):
+                return max(-max_distance, min(max_distance, d))
+
+            for (drow, dcol), value in per_offset.items():
+                assert abs(value - per_offset[clip(drow), clip(dcol)]) < 1e-5, (drow, dcol)
+            # and the (2K+1)^2 offsets within the clipping range are all told apart
+            inside = sorted(value for (drow, dcol), value in per_offset.items()
+                            if (drow, dcol) == (clip(drow), clip(dcol)))
+            assert len(inside) == (2 * max_distance + 1) ** 2
+            assert min(b - a for a, b in zip(inside, inside[1:])) > 1e-4
+
+
+def test_rel_shaw_any_grid_uses_the_same_tables():
+    """Nothing depends on the grid but the index: the same parameters for every built grid, a larger
+    input runs, and converting the model to it changes no tensor."""
+    shapes = {size: {name: p.shape for name, p in build("rel_shaw", size, dim=16, num_heads=2).pos.named_parameters()}
+              for size in [(12, 20), 32, (64, 48)]}
+    assert shapes[(12, 20)] == shapes[32] == shapes[(64, 48)]
+    assert sum(s.numel() for s in shapes[32].values()) == 2 * 2 * 5 * 8  # layers x axes x (2K+1) x head_dim
+
+    model = shaw_model().eval()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        logits = model(torch.randn(2, 3, 48, 64, generator=torch.Generator().manual_seed(0)))
+    assert logits.shape == (2, 10) and torch.isfinite(logits).all()
+    model.resize((48, 64))
+    assert model.grid == model.pos.grid == (12, 16)
+    assert model.config["pos_kwargs"] == {"max_distance": 2}
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    with torch.no_grad():
+        torch.testing.assert_close(model(torch.randn(2, 3, 48, 64, generator=torch.Generator().manual_seed(0))),
+                                   logits, atol=0, rtol=0)
+    with pytest.raises(ConfigError, match="leave resize_mode unset"):
+        model.resize(32, "bicubic")
+
+
+@pytest.mark.parametrize("attn_impl", ["math", "sdpa"])
+@pytest.mark.parametrize("pool", ["gap", "cls"])
+def test_rel_shaw_with_zero_tables_is_the_model_without_position(pool, attn_impl):
+    shaw = shaw_model(pool=pool, attn_impl=attn_impl).eval()
+    with torch.no_grad():
+        for table in shaw.pos.parameters():
+            table.zero_()
+    none = build("none", (12, 20), dim=16, num_heads=2, pool=pool, attn_impl=attn_impl).eval()
+    none.load_state_dict({k: v for k, v in shaw.state_dict().items() if not k.startswith("pos.")})
+    x = torch.randn(2, 3, 16, 28, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(shaw(x), none(x), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("max_distance", [0, -1, 1.5, True])
+def test_rel_shaw_max_distance_must_be_a_positive_integer(max_distance):
+    with pytest.raises(ConfigError, match=r"pos=rel_shaw needs max_distance to be a positive integer.*max_distance=2; got"):
+        build("rel_shaw", 32, pos_kwargs={"max_distance": max_distance})

@@ -203,6 +203,7 @@ NON_DEFAULT_KWARGS = {
     "rope_mixed": {"theta": 100.0, "resize_mode": "interpolate"},
     "cpb": {"hidden_dim": 64},
     "alibi_2d": {"bias_max": 4.0},
+    "rel_shaw": {"max_distance": 3},
 }
 
 

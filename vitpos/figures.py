@@ -8,7 +8,8 @@ Which figures a model gets follows from the hooks its scheme uses, never from th
   vector with every other patch, one small map per patch (Dosovitskiy et al. 2021, Fig. 7 centre),
   and `table.png`, the table as a heat map (patch x channel) with a few channels drawn as
   waveforms along the patch index (the sin-cos figures of the seeds);
-- `bias`: `bias.png`, the attention-logit bias seen from the centre patch, per layer and head;
+- `bias`: `bias.png`, the attention-logit bias seen from the centre patch, per layer and head, as
+  the blocks see it on the images (their mean: a query-dependent bias, `rel_shaw`, differs per image);
 - `rotate`: `rotary.png`, the score q_c . k_j that rotation alone gives for q = k = the same
   unit vector at every patch, seen from the centre patch, per layer and head: the rotary
   "kernel" over 2D offsets;

@@ -25,10 +25,13 @@ ATTN_IMPLS = ("auto", "sdpa", "math")
 POOLS = ("gap", "cls")
 
 Rotate = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+# queries (B, heads, N, head_dim) -> additive logit bias (heads, N, N) or (B, heads, N, N)
+Bias = Callable[[Tensor], Tensor]
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention with an optional additive logit bias and q/k rotation.
+    """Multi-head self-attention with an optional additive logit bias (computed from the queries
+    by `bias`) and q/k rotation.
 
     `attn_impl`: `sdpa` uses `F.scaled_dot_product_attention` (bias passed as `attn_mask`),
     `math` the plain matmul-softmax-matmul, `auto` picks `sdpa` on GPU and `math` on CPU, where the
@@ -58,14 +61,16 @@ class Attention(nn.Module):
             logits = logits + bias.to(logits.dtype)
         return logits.softmax(dim=-1)
 
-    def forward(self, x: Tensor, bias: Tensor | None = None, rotate: Rotate | None = None) -> Tensor:
+    def forward(self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None) -> Tensor:
         batch, num_tokens, dim = x.shape
         q, k, v = self.heads(x, rotate)
+        logit_bias = None if bias is None else bias(q)
         use_sdpa = self.attn_impl == "sdpa" or (self.attn_impl == "auto" and x.device.type != "cpu")
         if use_sdpa:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype))
+            attn_mask = None if logit_bias is None else logit_bias.to(q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         else:
-            out = self.probs(q, k, bias).to(v.dtype) @ v
+            out = self.probs(q, k, logit_bias).to(v.dtype) @ v
         out = out.transpose(1, 2).reshape(batch, num_tokens, dim)  # (B, N, D)
         return self.proj(out)
 
@@ -82,7 +87,7 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio), act_layer=nn.GELU)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: Tensor, bias: Tensor | None = None, rotate: Rotate | None = None) -> Tensor:
+    def forward(self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None) -> Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), bias=bias, rotate=rotate))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
@@ -192,11 +197,9 @@ class VisionTransformer(nn.Module):
             names.add("cls_token")
         return names
 
-    def _bias(self, layer: int, grid: Grid) -> Tensor | None:
-        if not self._pos_bias:
-            return None
-        bias = self.pos.bias(layer, grid)  # (heads, N, N)
+    def _bias(self, layer: int, grid: Grid, q: Tensor) -> Tensor:
         prefix = self.num_prefix_tokens
+        bias = self.pos.bias(layer, grid, q[:, :, prefix:])  # (heads, N, N) or (B, heads, N, N)
         return F.pad(bias, (prefix, 0, prefix, 0)) if prefix else bias  # prefix rows/cols get no bias
 
     def _rotate(self, layer: int, grid: Grid, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -220,8 +223,9 @@ class VisionTransformer(nn.Module):
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1+N, D)
         for layer, block in enumerate(self.blocks):
+            bias = partial(self._bias, layer, grid) if self._pos_bias else None
             rotate = partial(self._rotate, layer, grid) if self._pos_rotate else None
-            x = block(x, bias=self._bias(layer, grid), rotate=rotate)
+            x = block(x, bias=bias, rotate=rotate)
             if self._pos_after_block:
                 x = self._after_block(layer, x, grid)
         x = self.norm(x)

@@ -105,12 +105,18 @@ def per_head_figure(maps: Tensor, grid: Grid, title: str, colorbar_label: str):
     return figure
 
 
-def bias_figure(model: VisionTransformer, grid: Grid):
-    """The attention-logit bias from the centre patch to every patch, per layer and head."""
-    centre = centre_index(grid)
-    maps = torch.stack([model.pos.bias(layer, grid)[:, centre].float() for layer in range(model.config["depth"])])
-    return per_head_figure(maps, grid, f"{model.config['pos']}: attention bias from the centre patch (+)",
-                           "logit bias")
+def bias_figure(model: VisionTransformer, images: Tensor):
+    """The attention-logit bias from the centre patch to every patch, per layer and head, as the
+    blocks see it on `images` (mean over them: a query-dependent bias differs per image)."""
+    grid = model.grid_for(images.shape[-2:])
+    query = model.num_prefix_tokens + centre_index(grid)
+
+    def centre_row(attention, q, k, bias):  # bias (heads, T, T) or (B, heads, T, T) -> (heads, N)
+        return bias.float().reshape(-1, *bias.shape[-3:]).mean(dim=0)[:, query, model.num_prefix_tokens:]
+
+    maps = torch.stack(record_attention(model, images, centre_row)).cpu()
+    return per_head_figure(maps, grid, f"{model.config['pos']}: attention bias from the centre patch (+), "
+                           f"mean over {len(images)} images", "logit bias")
 
 
 def rotary_figure(model: VisionTransformer, grid: Grid):
@@ -136,18 +142,16 @@ def patch_distances(grid: Grid, patch_size: int) -> Tensor:
     return torch.cdist(centres, centres)
 
 
-def attention_distances(model: VisionTransformer, images: Tensor) -> Tensor:
-    """Mean attended distance in pixels, (layers, heads): for each query patch, the attention-
-    weighted mean Euclidean distance between patch centres, averaged over queries and images."""
-    prefix = model.num_prefix_tokens
-    distance = patch_distances(model.grid_for(images.shape[-2:]), model.patch_size).to(images.device)
-    per_layer = []
+def record_attention(model: VisionTransformer, images: Tensor, read) -> list:
+    """`read(attention, q, k, bias)` of every block on `images`, in block order: q and k
+    (B, heads, T, head_dim) after rotation, bias the additive logit bias or None, T counting the
+    prefix tokens."""
+    results = []
 
     def record(attention, args, kwargs, output):
         q, k, _ = attention.heads(args[0], kwargs.get("rotate"))
-        probs = attention.probs(q, k, kwargs.get("bias")).float()[:, :, prefix:, prefix:]  # patches only
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-        per_layer.append((probs * distance).sum(dim=-1).mean(dim=(0, 2)))  # (heads,)
+        bias = kwargs.get("bias")
+        results.append(read(attention, q, k, None if bias is None else bias(q)))
 
     handles = [block.attn.register_forward_hook(record, with_kwargs=True) for block in model.blocks]
     try:
@@ -156,7 +160,21 @@ def attention_distances(model: VisionTransformer, images: Tensor) -> Tensor:
     finally:
         for handle in handles:
             handle.remove()
-    return torch.stack(per_layer).cpu()
+    return results
+
+
+def attention_distances(model: VisionTransformer, images: Tensor) -> Tensor:
+    """Mean attended distance in pixels, (layers, heads): for each query patch, the attention-
+    weighted mean Euclidean distance between patch centres, averaged over queries and images."""
+    prefix = model.num_prefix_tokens
+    distance = patch_distances(model.grid_for(images.shape[-2:]), model.patch_size).to(images.device)
+
+    def mean_distance(attention, q, k, bias):
+        probs = attention.probs(q, k, bias).float()[:, :, prefix:, prefix:]  # patches only
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+        return (probs * distance).sum(dim=-1).mean(dim=(0, 2))  # (heads,)
+
+    return torch.stack(record_attention(model, images, mean_distance)).cpu()
 
 
 def attention_distance_figure(model: VisionTransformer, images: Tensor):
@@ -191,7 +209,7 @@ def make_figures(model: VisionTransformer, images: Tensor) -> dict:
             figures["similarity"] = similarity_figure(model, grid)
             figures["table"] = table_figure(model, grid)
         if model.pos.uses("bias"):
-            figures["bias"] = bias_figure(model, grid)
+            figures["bias"] = bias_figure(model, images)
         if model.pos.uses("rotate"):
             figures["rotary"] = rotary_figure(model, grid)
     figures["attention_distance"] = attention_distance_figure(model, images)

@@ -117,8 +117,10 @@ class PositionalEncoding(nn.Module):
         """Patch tokens (B, H*W, D) -> tokens with the position signal added."""
         return x
 
-    def bias(self, layer: int, grid: Grid) -> Tensor | None:
-        """Attention-logit bias (heads, H*W, H*W) for block `layer`, or None."""
+    def bias(self, layer: int, grid: Grid, q: Tensor | None = None) -> Tensor | None:
+        """Attention-logit bias for block `layer`: (heads, H*W, H*W), or (B, heads, H*W, H*W) from the
+        patch queries `q` (B, heads, H*W, head_dim) for a query-dependent bias; or None. The model
+        always passes `q`; a bias independent of the input ignores it."""
         return None
 
     def rotate(self, layer: int, q: Tensor, k: Tensor, grid: Grid) -> tuple[Tensor, Tensor]:

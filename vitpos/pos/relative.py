@@ -14,6 +14,10 @@
 - `alibi_2d`: ALiBi (Press et al. 2022, "Train Short, Test Long: Attention with Linear Biases
   Enables Input Length Extrapolation") on the patch grid: -slope_h * (Euclidean distance between the
   patches), fixed slopes, no parameters, any grid as it is.
+- `rel_shaw`: Shaw et al. 2018 ("Self-Attention with Relative Position Representations"), key side,
+  in 2D: learned row-offset and column-offset vectors per layer, offsets clipped to +-max_distance,
+  added to the keys, so the bias depends on the query. Any grid clips into the same tables: nothing
+  to resize.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from timm.layers import RelPosBias, gen_relative_position_index, resize_rel_pos_
 from timm.layers.pos_embed_rel import gen_relative_log_coords
 from torch import Tensor, nn
 
+from ..errors import ConfigError
 from .base import Grid, PositionalEncoding
 from .registry import register
 
@@ -60,7 +65,7 @@ class RelativePositionBias(PositionalEncoding):
         num_tokens = grid[0] * grid[1]
         return table[index].view(num_tokens, num_tokens, self.num_heads).permute(2, 0, 1)  # (heads, N, N)
 
-    def bias(self, layer: int, grid: Grid) -> Tensor:
+    def bias(self, layer: int, grid: Grid, q: Tensor | None = None) -> Tensor:
         if tuple(grid) == self.grid:
             return self.layers[layer].get_bias()[0]  # (heads, N, N)
         return self.per_grid((layer, tuple(grid)), lambda: self._bias_from(
@@ -143,7 +148,7 @@ class ContinuousPositionBias(PositionalEncoding):
         num_tokens = grid[0] * grid[1]
         return table[index].view(num_tokens, num_tokens, self.num_heads).permute(2, 0, 1)  # (heads, N, N)
 
-    def bias(self, layer: int, grid: Grid) -> Tensor:
+    def bias(self, layer: int, grid: Grid, q: Tensor | None = None) -> Tensor:
         grid = tuple(grid)
 
         def compute() -> Tensor:
@@ -207,7 +212,7 @@ class Alibi2d(PositionalEncoding):
         distance = (coords[:, None, :] - coords[None, :, :]).pow(2).sum(-1).sqrt()  # (N, N)
         return -alibi_slopes(self.num_heads, self.bias_max)[:, None, None] * distance  # (heads, N, N)
 
-    def bias(self, layer: int, grid: Grid) -> Tensor:
+    def bias(self, layer: int, grid: Grid, q: Tensor | None = None) -> Tensor:
         if tuple(grid) == self.grid:
             return self.cached
         return self.per_grid(tuple(grid), lambda: self._compute(grid).to(self.cached))
@@ -217,3 +222,72 @@ class Alibi2d(PositionalEncoding):
 
     def init_kwargs(self) -> dict:
         return {"bias_max": self.bias_max}
+
+
+def clipped_offsets(grid: Grid, max_distance: int, device=None) -> tuple[Tensor, Tensor]:
+    """Row and column offset of every key from every query (key - query, as Shaw's clip(j - i)),
+    clipped to [-max_distance, max_distance] and shifted to 0..2*max_distance: (N, N) each, int64,
+    tokens row-major."""
+    rows, cols = torch.meshgrid(torch.arange(grid[0], device=device), torch.arange(grid[1], device=device),
+                                indexing="ij")
+
+    def clipped(position: Tensor) -> Tensor:  # position (N,) -> [query i, key j] = clip(p_j - p_i) + K
+        return (position[None, :] - position[:, None]).clamp(-max_distance, max_distance) + max_distance
+
+    return clipped(rows.flatten()), clipped(cols.flatten())
+
+
+@register("rel_shaw")
+class ShawRelativePosition(PositionalEncoding):
+    """Shaw et al. 2018's relative position representations on the keys (their a^K), in 2D.
+
+    Per layer, a row table and a column table of 2K+1 vectors of size head_dim (K = max_distance),
+    shared over heads as in Shaw. Query i and key j, at row/column offset (dr, dc) = key - query,
+    get the logit term q_i . (a_row[clip(dr)] + a_col[clip(dc)]) / sqrt(head_dim), the scale of the
+    q.k term, so that logit_ij = q_i . (k_j + a_ij) / sqrt(head_dim). Computed as q @ table^T
+    (B, heads, N, 2K+1) gathered with the (N, N) clipped-offset index: a (B, heads, N, N) bias.
+    Tables start trunc-normal (std 0.02). A grid of any size clips into the same 2K+1 offsets:
+    nothing to resize (`resize_modes` = ()).
+
+    Args:
+        max_distance: K, the largest offset per axis told apart (2 in the small-ViT CIFAR-10
+            ablation of s-chh/2D-Positional-Encoding-Vision-Transformer).
+    """
+
+    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, max_distance: int = 2):
+        super().__init__(dim, num_heads, depth, grid)
+        if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 1:
+            raise ConfigError(f"pos=rel_shaw needs max_distance to be a positive integer (the largest offset "
+                              f"per axis told apart), e.g. max_distance=2; got max_distance={max_distance!r}")
+        self.max_distance = max_distance
+        self.head_dim = dim // num_heads
+        self.layers = nn.ModuleList(
+            nn.ParameterDict({axis: nn.Parameter(torch.empty(2 * max_distance + 1, self.head_dim))
+                              for axis in ("rows", "cols")})
+            for _ in range(depth))
+        for table in self.parameters():
+            trunc_normal_(table, std=0.02)
+        row_index, col_index = clipped_offsets(self.grid, max_distance)
+        self.register_buffer("row_index", row_index, persistent=False)  # (N, N) into the row table
+        self.register_buffer("col_index", col_index, persistent=False)  # (N, N) into the column table
+
+    def bias(self, layer: int, grid: Grid, q: Tensor) -> Tensor:
+        if tuple(grid) == self.grid:
+            row_index, col_index = self.row_index, self.col_index
+        else:
+            row_index, col_index = clipped_offsets(grid, self.max_distance, device=self.row_index.device)
+        tables = self.layers[layer]
+        q = q * self.head_dim ** -0.5
+        shape = (*q.shape[:-1], row_index.shape[-1])  # (B, heads, N, N)
+        row_terms = q @ tables["rows"].T  # (B, heads, N, 2K+1): q_i . a_row[offset] for every offset
+        col_terms = q @ tables["cols"].T
+        return row_terms.gather(-1, row_index.expand(shape)) + col_terms.gather(-1, col_index.expand(shape))
+
+    def rebuild_buffers(self) -> None:
+        self.row_index, self.col_index = clipped_offsets(self.grid, self.max_distance, device=self.row_index.device)
+
+    def init_kwargs(self) -> dict:
+        return {"max_distance": self.max_distance}
+
+    def extra_repr(self) -> str:
+        return f"grid={self.grid}, max_distance={self.max_distance}"
