@@ -1,20 +1,42 @@
 #!/usr/bin/env bash
-# The positional-encoding study of docs/RESULTS.md, resumable. Run from the repository root:
-#   bash scripts/study.sh runs       # SCHEMES x SEEDS: train with experiment=fmnist_cpu, then evaluate
-#                                    # at 28/44/56 px with no fine-tune (both modes where a scheme has two)
-#   bash scripts/study.sh finetune   # a short fine-tune at 56 px of every finished run (FINETUNE_SEEDS)
-#   bash scripts/study.sh mixed      # MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES (one size
-#                                    # per step), evaluated at 20/28/44/56 px in the scheme's default
-#                                    # resize mode; their single-size twins (from `runs`) at 20 px as well
-#   bash scripts/study.sh tables     # docs/results/fmnist_cpu*/ from the logs, and the logs' light files
+# The positional-encoding studies of docs/RESULTS.md, resumable. Run from the repository root:
+#   bash scripts/study.sh runs       # SCHEMES x SEEDS: train with the study's recipe, then evaluate at
+#                                    # 1x/1.5x/2x with no fine-tune (both modes where a scheme has two)
+#   bash scripts/study.sh finetune   # a short fine-tune at 2x of every finished run (FINETUNE_SEEDS)
+#   bash scripts/study.sh mixed      # (fmnist) MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES
+#                                    # (one size per step), evaluated at 20/28/44/56 px in the scheme's
+#                                    # default resize mode; their single-size twins (from `runs`) at 20 px
+#   bash scripts/study.sh tables     # docs/results/<study>*/ from the logs, and the logs' light files
 #                                    # (no checkpoints) archived to docs/results/study_logs/
-#   bash scripts/study.sh all
-# Each step whose result exists (a run's results.json, an evaluation's resolution.csv) is skipped,
-# so the study can stop at any point and continue later, or be spread over machines with SEEDS= or
-# SCHEMES= (copy LOGS between them). Needs Debian's dataset-fashion-mnist (or network access once).
-# A run of experiment=fmnist_cpu uses 2 processes (both cores of a 2-core CPU): one study.sh at a time.
+#   bash scripts/study.sh all        # runs, finetune, tables
+# DATASET picks the study:
+#   cifar10 (default)  experiment=cifar10_study at 32 px, evaluated at 32/48/64 px, fine-tuned at 64 px;
+#                      reads CIFAR-10 from CIFAR10_ROOT (data.root: an archive, folder or image tree of it)
+#                      or finds it in data/; logs and checkpoints in LOGS (default ~/vitpos-study, outside
+#                      the checkout, so a new checkout continues the study)
+#   fmnist             experiment=fmnist_cpu at 28 px, evaluated at 28/44/56 px, fine-tuned at 56 px
+#                      (Debian's dataset-fashion-mnist); LOGS default logs/
+# Each step whose result exists (a run's results.json, an evaluation's resolution.csv) is skipped, and
+# a run whose checkpoint is gone is trained again, so the study can stop at any point and continue
+# later, or be spread over machines with SEEDS= or SCHEMES= (copy LOGS between them).
+# A study run uses 2 processes (both cores of a 2-core CPU): one study.sh at a time.
 set -euo pipefail
-SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
+DATASET=${DATASET:-cifar10}
+case $DATASET in
+  cifar10)
+    SCHEMES=${SCHEMES:-none,1d_learned,2d_learned,2d_sin,rel_bias,rel_shaw,cpb,rope_axial,rope_mixed,cpe}
+    EXPERIMENT=cifar10_study; FT_EXPERIMENT=cifar10_finetune; RUN_TAG=cifar10_32px; FT_TAG=cifar10_64px_from_32px
+    SIZES="[32,48,64]"    # 1x (8x8 grid), 1.5x (12x12), 2x (16x16)
+    LOGS=${LOGS:-$HOME/vitpos-study}
+    DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
+  fmnist)
+    SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
+    EXPERIMENT=fmnist_cpu; FT_EXPERIMENT=fmnist_finetune; RUN_TAG=fashion_mnist_28px; FT_TAG=fashion_mnist_56px_from_28px
+    SIZES="[28,44,56]"    # 1x (7x7 grid), 1.57x (11x11: 42 px is no multiple of the patch), 2x (14x14)
+    LOGS=${LOGS:-logs}
+    DATA_ARGS= ;;
+  *) echo "error: DATASET=$DATASET is not a study; use DATASET=cifar10 or DATASET=fmnist" >&2; exit 2 ;;
+esac
 SEEDS=${SEEDS:-0,1,2}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
@@ -22,25 +44,27 @@ MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
 MIXED_SIZES=${MIXED_SIZES:-"[20,28,36,44] [20,28,36,44,56]"}
 MIXED_EVAL="[20,28,44,56]"    # 0.71x, 1x, 1.57x, 2x
 TWIN_EVAL="[20]"              # the twins' 28/44/56 px results are in their transfer_default/
-LOGS=${LOGS:-logs}
-STUDY=$LOGS/fmnist_cpu
-FINETUNED=$LOGS/fmnist_finetune
-SIZES="[28,44,56]"        # 1x (7x7 grid), 1.57x (11x11: 42 px is no multiple of the patch), 2x (14x14)
+STUDY=$LOGS/$EXPERIMENT
+FINETUNED=$LOGS/$FT_EXPERIMENT
 TWO_MODES=" 1d_sin 2d_sin rope_axial rope_mixed "   # schemes with an extrapolate/interpolate choice
 QUIET="trainer.enable_progress_bar=false figures_at_end=false"
 
-finished() { compgen -G "$1/version_*/results.json" > /dev/null; }
-latest() { ls -d "$1"/version_* | sort -t_ -k2 -n | tail -n 1; }
+# a finished run: results.json and its best checkpoint (a run whose checkpoint is gone is trained again)
+finished() { compgen -G "$1/version_*/results.json" > /dev/null && compgen -G "$1/version_*/checkpoints/best-*.ckpt" > /dev/null; }
+latest() { ls -d "$1"/version_* 2> /dev/null | sort -t_ -k2 -n | tail -n 1; }
+# continue an interrupted run (its newest version has last.ckpt and no results.json) instead of restarting it
+resume_arg() { local v; v=$(latest "$1"); [ -n "$v" ] && [ -f "$v/checkpoints/last.ckpt" ] && [ ! -f "$v/results.json" ] && echo resume=true || true; }
+best() { ls "$(dirname "$(ls "$1"/version_*/checkpoints/best-*.ckpt | sort -t_ -k2 -n | tail -n 1)")"/best-*.ckpt | head -n 1; }
 say() { echo "[study $(date +%H:%M:%S)] $*"; }
 
 evaluate() {  # run folder, scheme[, sizes, output prefix, modes]: no-fine-tune transfer, logged into the run's TensorBoard
   local version mode sizes=${3:-$SIZES} prefix=${4:-transfer} modes=${5:-default interpolate}
-  version=$(latest "$1")
+  version=$(dirname "$(dirname "$(best "$1")")")
   for mode in $modes; do
     [ $mode = default ] || [[ $TWO_MODES == *" $2 "* ]] || continue
     [ -f "$version/${prefix}_$mode/resolution.csv" ] && continue
     say "evaluate $version ($mode, $sizes)"
-    python -m vitpos.evaluate ckpt="$(ls "$version"/checkpoints/best-*.ckpt)" img_sizes="$sizes" \
+    python -m vitpos.evaluate ckpt="$(best "$1")" img_sizes="$sizes" \
       out="$version/${prefix}_$mode" $([ $mode = default ] || echo resize_mode=$mode)
   done
 }
@@ -49,10 +73,11 @@ runs() {
   local seed pos run
   for seed in ${SEEDS//,/ }; do          # seed-major: every scheme has a result before any has three
     for pos in ${SCHEMES//,/ }; do
-      run=$STUDY/${pos}_fashion_mnist_28px_seed$seed
+      run=$STUDY/${pos}_${RUN_TAG}_seed$seed
       if ! finished "$run"; then
         say "train $run"
-        python train.py experiment=fmnist_cpu pos="$pos" seed="$seed" paths.log_dir="$LOGS" $QUIET
+        python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
+          $(resume_arg "$run")
       fi
       evaluate "$run" "$pos"
     done
@@ -63,46 +88,48 @@ finetune() {
   local seed pos run
   for seed in ${FINETUNE_SEEDS//,/ }; do
     for pos in ${SCHEMES//,/ }; do
-      run=$STUDY/${pos}_fashion_mnist_28px_seed$seed
+      run=$STUDY/${pos}_${RUN_TAG}_seed$seed
       finished "$run" || continue
-      finished "$FINETUNED/${pos}_fashion_mnist_56px_from_28px_seed$seed" && continue
-      say "fine-tune $run at 56 px"
-      python train.py experiment=fmnist_finetune pos="$pos" seed="$seed" paths.log_dir="$LOGS" $QUIET \
-        finetune_from="$(ls "$(latest "$run")"/checkpoints/best-*.ckpt)"
+      finished "$FINETUNED/${pos}_${FT_TAG}_seed$seed" && continue
+      say "fine-tune $run at 2x"
+      python train.py experiment=$FT_EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
+        finetune_from="$(best "$run")"
     done
   done
 }
 
 mixed() {
   local lists sizes tag seed pos run
+  [ "$DATASET" = fmnist ] || { echo "error: the mixed-resolution study is DATASET=fmnist's" >&2; exit 2; }
   read -ra lists <<< "$MIXED_SIZES"     # split on spaces without globbing the brackets
   for sizes in "${lists[@]}"; do
     tag=train$(echo "$sizes" | tr -d '[]' | tr , -)px    # the run-name tag train.py gives these sizes
     for seed in ${SEEDS//,/ }; do
       for pos in ${MIXED_SCHEMES//,/ }; do
-        run=$STUDY/${pos}_fashion_mnist_28px_${tag}_seed$seed
+        run=$STUDY/${pos}_${RUN_TAG}_${tag}_seed$seed
         if ! finished "$run"; then
           say "train $run"
-          python train.py experiment=fmnist_cpu pos="$pos" seed="$seed" paths.log_dir="$LOGS" $QUIET \
-            train_img_sizes="$sizes" batch_by_tokens=true
+          python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $QUIET \
+            train_img_sizes="$sizes" batch_by_tokens=true $(resume_arg "$run")
         fi
         evaluate "$run" "$pos" "$MIXED_EVAL" mixed_eval default
-        finished "$STUDY/${pos}_fashion_mnist_28px_seed$seed" &&
-          evaluate "$STUDY/${pos}_fashion_mnist_28px_seed$seed" "$pos" "$TWIN_EVAL" mixed_eval default
+        finished "$STUDY/${pos}_${RUN_TAG}_seed$seed" &&
+          evaluate "$STUDY/${pos}_${RUN_TAG}_seed$seed" "$pos" "$TWIN_EVAL" mixed_eval default
       done
     done
   done
 }
 
 tables() {
-  local archive=docs/results/study_logs
-  rm -rf "$archive" && mkdir -p "$archive"
-  (cd "$LOGS" && find $(ls -d fmnist_cpu fmnist_finetune 2> /dev/null) -path '*/checkpoints' -prune -o -type f \
-     -print | grep -v -e '\.ckpt$' -e '\.png$' | tar -cf - -T -) | tar -xf - -C "$archive"
-  python -m vitpos.compare "$archive/fmnist_cpu" out=docs/results/fmnist_cpu
-  if [ -d "$archive/fmnist_finetune" ]; then
-    python -m vitpos.compare "$archive/fmnist_finetune" out=docs/results/fmnist_finetune
-  fi
+  local archive=docs/results/study_logs study
+  mkdir -p "$archive"
+  for study in $EXPERIMENT $FT_EXPERIMENT; do
+    [ -d "$LOGS/$study" ] || continue
+    rm -rf "${archive:?}/$study"
+    (cd "$LOGS" && find "$study" -path '*/checkpoints' -prune -o -type f -print | grep -v -e '\.ckpt$' -e '\.png$' |
+       tar -cf - -T -) | tar -xf - -C "$archive"
+    python -m vitpos.compare "$archive/$study" out="docs/results/$study"
+  done
 }
 
 case ${1:-all} in

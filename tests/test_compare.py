@@ -12,7 +12,7 @@ import sys
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from vitpos.compare import compare, group_runs, transfer_curves
+from vitpos.compare import compare, epoch_curves, group_runs, transfer_curves
 from vitpos.runs import RESULTS_FILE
 from vitpos.train import train
 
@@ -38,6 +38,19 @@ def test_grouping_and_statistics_match_hand_computed_values():
     assert a["test_acc_std"] == pytest.approx(0.0265, abs=1e-4)
     assert a["test_acc@42px_mean"] == pytest.approx(0.6) and a["test_acc@42px_std"] == pytest.approx(0.1)
     assert groups["b", 0.001, "-"]["n"] == 1 and groups["b", 0.001, "-"]["test_acc_std"] == ""  # no spread from one run
+
+
+def test_epoch_curves_average_seeds_epoch_by_epoch_over_the_epochs_all_runs_have():
+    rows = [run_row("a", 0, 0.8, val_acc_by_epoch="0.5000 0.7000 0.8000"),
+            run_row("a", 1, 0.9, val_acc_by_epoch="0.3000 0.9000"),  # stopped after 2 epochs: the curve ends there
+            run_row("b", 0, 0.6, val_acc_by_epoch="0.4000 0.6000"),
+            run_row("c", 0, 0.6, val_acc_by_epoch="0.4000")]  # one point: no curve
+    curves = {c["label"]: c for c in epoch_curves(rows)}
+    assert list(curves) == ["a, trained at 28px (n=2)", "b, trained at 28px (n=1)"]  # best last epoch first
+    a = curves["a, trained at 28px (n=2)"]
+    assert a["epochs"] == [1, 2] and a["means"] == pytest.approx([0.4, 0.8])
+    assert a["stds"] == pytest.approx([0.1414, 0.1414], abs=1e-4)
+    assert curves["b, trained at 28px (n=1)"]["stds"] == [0.0, 0.0]
 
 
 def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
@@ -89,6 +102,10 @@ def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
     assert (tmp_path / "out" / "compare.md").read_text().count("\n") == 4  # header, rule, two groups
     assert (tmp_path / "out" / "compare.png").stat().st_size > 0
     assert not (tmp_path / "out" / "transfer.png").exists()  # no run was evaluated at other sizes
+    assert (tmp_path / "out" / "epochs.png").stat().st_size > 0  # two validations per run: a curve each
+    assert none["val_acc_best_mean"] == pytest.approx(statistics.fmean(
+        max(float(v) for v in run["val_acc_by_epoch"].split()) for run in csv.DictReader(open(tmp_path / "out" / "runs.csv"))
+        if run["pos"] == "none"), abs=1e-4)
     assert [r["pos"] for r in compare(logs, data="synthetic", img_size=32, out=tmp_path / "o2")] == \
         [r["pos"] for r in rows]
     with pytest.raises(Exception, match="no finished runs"):

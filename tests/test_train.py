@@ -124,12 +124,12 @@ def test_experiment_configs_compose_and_train(experiment, make_config, tmp_path)
     # one process: the two-process launch of fmnist_cpu's trainer is tested in test_ddp.py
     common = ["trainer=default", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "data.batch_size=16",
               "data.val_size=16", "data.num_workers=0", "figures_at_end=false"]
-    cfg = make_config([f"experiment={experiment}", "pos=rope_mixed", "seed=3", "trainer.max_steps=3", *common,
-                       *([standin] if "fmnist" in experiment else [])])
+    data = [standin] if "fmnist" in experiment else []
+    cfg = make_config([f"experiment={experiment}", "pos=rope_mixed", "seed=3", "trainer.max_steps=3", *common, *data])
     assert cfg.experiment == experiment
-    if experiment == "fmnist_finetune":
-        source = train(make_config(["experiment=fmnist_cpu", "pos=rope_mixed", "trainer.max_steps=1",
-                                    "test_after_fit=false", standin, *common]))
+    if experiment.endswith("_finetune"):  # fine-tunes a checkpoint of its dataset's CPU recipe
+        source = train(make_config([f"experiment={experiment.removesuffix('_finetune')}_cpu", "pos=rope_mixed",
+                                    "trainer.max_steps=1", "test_after_fit=false", *data, *common]))
         cfg.finetune_from = source["checkpoint"]
     metrics = train(cfg)
     run = Path(metrics["log_dir"])

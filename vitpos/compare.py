@@ -10,7 +10,8 @@ and the resolution-transfer accuracies that `vitpos.evaluate` logged into the ru
 `compare.csv` (mean and std columns), `runs.csv` (one row per run), `compare.png` (accuracy
 per group, error bars of one std) and, when runs were evaluated at two or more sizes,
 `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
-setting and resize mode) to `out`. A run counts once it has finished (`results.json`).
+setting and resize mode) and `epochs.png` (validation accuracy per epoch, one line per group) to
+`out`. A run counts once it has finished (`results.json`).
 """
 from __future__ import annotations
 
@@ -84,6 +85,7 @@ def summarize(run: Path, root: Path) -> dict:
         val_acc_final=round(val_acc[-1], 4) if val_acc else "",
         test_acc=round(test_acc[-1], 4) if test_acc else "",
         epochs_done=len(values("train/loss_epoch")),  # one point per completed training epoch
+        val_acc_by_epoch=" ".join(f"{acc:.4f}" for acc in val_acc),
         images_per_s=round(statistics.median(speeds)) if speeds else "",
         fit_minutes=round(results["fit_seconds"] / 60, 2) if "fit_seconds" in results else "",
         run=str(run.relative_to(root)) if run != root else run.name,
@@ -149,6 +151,10 @@ def compare(root: str | Path, data: str | None = None, img_size: int | str | Non
     if curves:
         _transfer_chart(curves, out / "transfer.png")
         written.append(out / "transfer.png")
+    by_epoch = epoch_curves(runs)
+    if by_epoch:
+        _epoch_chart(by_epoch, out / "epochs.png")
+        written.append(out / "epochs.png")
     print(table + "\nwrote " + ", ".join(map(str, written)))
     return rows
 
@@ -181,6 +187,27 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
                 label=trained + (f", {mode}" if mode else "") + f" (n={row['n']})", setting=trained, mode=mode,
                 heights=list(heights), means=list(means), stds=list(stds)))
     return curves
+
+
+def epoch_curves(runs: list[dict]) -> list[dict]:
+    """Runs -> one curve per group (GROUP_BY) with >= 2 validation points: `label`, `epochs`
+    (1..E), `means` and `stds` of validation accuracy over the group's runs, epoch by epoch, over
+    the epochs every run of the group has."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault(tuple(str(run[k]) for k in GROUP_BY), []).append(run)
+    curves = []
+    for members in groups.values():
+        series = [[float(v) for v in m["val_acc_by_epoch"].split()] for m in members]
+        length = min(len(values) for values in series)
+        if length < 2:
+            continue
+        by_epoch = [[values[e] for values in series] for e in range(length)]
+        curves.append(dict(
+            label=f"{members[0]['pos']}, {', '.join(training_setting(members[0]))} (n={len(members)})",
+            epochs=list(range(1, length + 1)), means=[statistics.fmean(v) for v in by_epoch],
+            stds=[statistics.stdev(v) if len(v) > 1 else 0.0 for v in by_epoch]))
+    return sorted(curves, key=lambda c: -c["means"][-1])
 
 
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
@@ -264,6 +291,29 @@ def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
     figure.suptitle("Test accuracy at each evaluation size, no fine-tune (mean ± std over seeds)", fontsize=11)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _epoch_chart(curves: list[dict], path: Path) -> None:
+    """Validation accuracy against epoch, one line per group (best last epoch first in the legend),
+    a band of one std over seeds."""
+    plt = pyplot()
+    figure, axes = plt.subplots(figsize=(7.5, 4.8))
+    for index, curve in enumerate(curves):
+        means = [100 * m for m in curve["means"]]
+        stds = [100 * s for s in curve["stds"]]
+        color = f"C{index % 10}"
+        axes.plot(curve["epochs"], means, marker=".", color=color, label=curve["label"],
+                  linestyle="-" if index < 10 else "--")
+        axes.fill_between(curve["epochs"], [m - s for m, s in zip(means, stds)],
+                          [m + s for m, s in zip(means, stds)], color=color, alpha=0.15)
+    axes.set_xlabel("epoch")
+    axes.set_ylabel("top-1 validation accuracy (%)")
+    axes.set_title("Validation accuracy per epoch (mean ± std over seeds)", fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=6, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
