@@ -3,6 +3,7 @@ config, precision and batch (issue: "Speed"). Not a test: it prints figures and 
 
     python benchmarks/throughput.py                         # ViT-Ti/4 @ 32 px, batch 256, bf16 where supported
     python benchmarks/throughput.py --batch 128 --steps 10 --out benchmarks/results/cpu.json
+    python benchmarks/throughput.py --model vit_mini --schemes 1d_learned --loader-images 0   # another size
 
 Measures, each as the median over `--repeats` rounds of `--steps` steps after warm-up, the rounds
 taken round-robin over all models (so a drift of the machine's speed affects every model alike):
@@ -30,13 +31,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from lightning.fabric.utilities.throughput import measure_flops
+from omegaconf import OmegaConf
 from timm.models.vision_transformer import VisionTransformer as TimmViT
 
 import vitpos
+from vitpos.config import CONFIG_DIR
 from vitpos.data import DeviceBatches, ImageDataModule, ShardedSampler
 from vitpos.precision import bf16_supported
 
 MODEL = dict(img_size=32, patch_size=4, dim=192, depth=6, num_heads=3, mlp_ratio=4.0, num_classes=10, in_chans=3)
+SIZE_KEYS = ("patch_size", "dim", "depth", "num_heads", "mlp_ratio")  # what --model takes from configs/model/
 
 
 def sync(device: torch.device) -> None:
@@ -128,7 +132,8 @@ def measure_all(builds: dict, args, device: torch.device, bf16: bool) -> dict:
             for _ in range(args.warmup):
                 steps[name][1]()
         except Exception as error:
-            print(f"  {name}: failed, left out ({type(error).__name__}: {str(error).splitlines()[0][:200]})", flush=True)
+            print(f"  {name}: failed, left out "
+                  f"({type(error).__name__}: {str(error).splitlines()[0][:200]})", flush=True)
             steps.pop(name, None)
             del rates[name]
     for _ in range(args.repeats):
@@ -198,13 +203,15 @@ def loader_throughput(args, device: torch.device) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None,
+                        help="the size of configs/model/<name>.yaml (vit_mini, vit_tiny, ...); default ViT-Ti/4")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5, help="steps per timed window")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
     parser.add_argument("--schemes", default=",".join(vitpos.list_pos()))
-    parser.add_argument("--loader-images", type=int, default=20_000)
+    parser.add_argument("--loader-images", type=int, default=20_000, help="0: no loader timing")
     parser.add_argument("--compile", action="store_true", help="also time vitpos 1d_learned under torch.compile")
     parser.add_argument("--compile-modes", default="default",
                         help="torch.compile modes to time with --compile, comma-separated (e.g. "
@@ -212,6 +219,12 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/<device>.json)")
     args = parser.parse_args()
+    if args.model:
+        path = CONFIG_DIR / "model" / f"{args.model}.yaml"
+        if not path.is_file():
+            parser.error(f"--model {args.model}: no {path}; one of "
+                         f"{', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}")
+        MODEL.update({k: OmegaConf.load(path)[k] for k in SIZE_KEYS})
     device = torch.device(args.device)
     bf16 = bf16_supported(device.type) if args.precision == "auto" else args.precision == "bf16"
     torch.manual_seed(0)
@@ -244,7 +257,8 @@ def main() -> None:
             return model
         return build_compiled
 
-    candidates = [("timm (default)", build_timm), ("timm (plain attention)", build_timm_plain_attention), *((f"vitpos {p}", build_vitpos(p)) for p in args.schemes.split(","))]
+    candidates = [("timm (default)", build_timm), ("timm (plain attention)", build_timm_plain_attention),
+                  *((f"vitpos {p}", build_vitpos(p)) for p in args.schemes.split(","))]
     if args.compile:
         candidates += [(f"vitpos 1d_learned compiled {mode}", compiled(build_vitpos("1d_learned"), mode))
                        for mode in args.compile_modes.split(",")]
@@ -257,10 +271,11 @@ def main() -> None:
         print(f"  {name:<24} train {result['train_img_s']:8.1f} img/s  eval {result['eval_img_s']:8.1f} img/s  "
               f"peak mem {result['peak_mem_mib']:7.1f} MiB  MFU {100 * result['mfu']:5.1f}%", flush=True)
 
-    loader = loader_throughput(args, device)
+    loader = loader_throughput(args, device) if args.loader_images > 0 else {}
     none = rows.get("vitpos none", {}).get("train_img_s")
     timm_rate = rows["timm (default)"]["train_img_s"]
-    print("\n| model | train img/s | vs timm | vs none | eval img/s | peak MiB | MFU |\n|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| model | train img/s | vs timm | vs none | eval img/s | peak MiB | MFU |"
+          "\n|---|---:|---:|---:|---:|---:|---:|")
     for name, r in rows.items():
         versus_none = f"{r['train_img_s'] / none:.3f}" if none and name.startswith("vitpos") else "-"
         print(f"| {name} | {r['train_img_s']:.1f} | {r['train_img_s'] / timm_rate:.2f}x | {versus_none} | "
@@ -276,6 +291,7 @@ def main() -> None:
     out.write_text(json.dumps(dict(
         device=str(device), processor=platform.processor() or platform.machine(), threads=torch.get_num_threads(),
         torch=torch.__version__, precision="bf16-mixed" if bf16 else "fp32", batch=args.batch, model=MODEL,
+        model_name=args.model,
         matmul_peak_flops=peak, models=rows, loader_img_s=loader), indent=2))
     print(f"wrote {out}")
 

@@ -1,27 +1,37 @@
 #!/usr/bin/env bash
-# Prove and measure vitpos on one GPU machine, in one command (about 8 minutes on one H200):
-#   bash scripts/gpu_check.sh               # needs a CUDA GPU
-#   bash scripts/gpu_check.sh --cpu-smoke   # the same steps at toy sizes on the CPU (a minute or two)
-# Steps: requirements -> the device tests (tests/test_device.py, CUDA visible) -> throughput of
-# vitpos vs timm, every scheme, batch 256 and 1024, with torch.compile modes -> Fashion-MNIST
-# training of 2d_sin and rope_mixed (device-resident data, GPU utilisation sampled) -> evaluation
-# at 32/48/64 px -> a trainer=ddp launch over all visible GPUs.
-# Writes into OUT_DIR (default benchmarks/results/<gpu name>/): check.log, throughput_b*.json,
-# gpu_util.csv, and <gpu name>.json, the summary docs/PERFORMANCE.md quotes.
-# Needs: python3 with torch (>= 2.4), torchvision, lightning, timm, torchmetrics, hydra-core,
-# omegaconf, tensorboard, matplotlib (and pytest for the tests step); Fashion-MNIST's four .gz files in FMNIST_DIR
-# (default /usr/share/datasets/fashion-mnist). Run from the repository root.
+# Prove and measure vitpos on one GPU machine in one command (at most 9 minutes on one H200):
+#   bash scripts/gpu_check.sh [--out DIR]   # needs a CUDA GPU and CIFAR-10 (see CIFAR10 below)
+#   bash scripts/gpu_check.sh --cpu-smoke   # every step at toy sizes on the CPU, on a tiny stand-in (~2 min)
+# Steps, in this order, each with its own time budget (timeout), each writing its figures into the
+# output folder as soon as it ends, so a step that fails or times out later loses nothing earlier:
+#   a. tests       tests/test_device.py with CUDA visible                                      55 s
+#   b. throughput  vitpos vs timm at equal size (vit_mini, vit_tiny), batch 1024, bf16, eager,
+#                  then torch.compile default and reduce-overhead (CUDA graphs)               130 s
+#   c. ablation    experiment=cifar10_schh (the published small-ViT ablation's recipe), 9 schemes at
+#                  once through Hydra's joblib launcher, the epochs that fit (said in the output) 190 s
+#   d. strongest   experiment=cifar10 (ViT-Ti/4, 2.7M), the epochs that fit: accuracy per GPU minute 70 s
+#   e. transfer    step c's checkpoints at 32/48/64 px (vitpos.evaluate); a trainer=ddp launch    65 s
+# Output folder (default benchmarks/results/<gpu name>/), at most 8 files: check.log (everything),
+# summary.json (each step's status, time, budget and GPU use, and every table), throughput.csv,
+# ablation.csv, strongest.csv (a row per run), epochs.csv (accuracy per epoch), resolution.csv,
+# gpu_util.csv (nvidia-smi every second). Run logs and checkpoints stay in WORK_DIR (default a /tmp folder).
+# Environment: CIFAR10 (a CIFAR-10 copy, default .gpu_carry/cifar10-jpeg.tar.gz, else
+# ../shared/data/cifar10-jpeg.tar.gz), ABLATION_SCHEMES, ABLATION_EPOCHS (25), STRONGEST_POS (rel_shaw),
+# STRONGEST_EPOCHS (15), PYTHON (python3), WORK_DIR. Needs torch, torchvision, lightning, timm,
+# torchmetrics, tensorboard, matplotlib, hydra-core, omegaconf, hydra-joblib-launcher, pytest; on a
+# machine without them or without network: docs/PERFORMANCE.md, "Running the GPU check".
 set -uo pipefail
-SMOKE=0
-for arg in "$@"; do
-  case $arg in
+SMOKE=0 OUT_DIR=
+while [ $# -gt 0 ]; do
+  case $1 in
     --cpu-smoke) SMOKE=1 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "error: unknown option '$arg'; use --cpu-smoke or --help" >&2; exit 2 ;;
+    --out) [ $# -ge 2 ] || { echo "error: --out needs a folder, e.g. --out \$OUT" >&2; exit 2; }; OUT_DIR=$2; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "error: unknown option '$1'; use --cpu-smoke, --out DIR or --help" >&2; exit 2 ;;
   esac
+  shift
 done
 PY=${PYTHON:-python3}
-FMNIST_DIR=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 [ -f train.py ] && [ -d vitpos ] || { echo "error: run from the vitpos repository root" >&2; exit 2; }
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -30,131 +40,170 @@ missing=$($PY - <<'EOF'
 import importlib.util
 need = {"torch": "torch", "torchvision": "torchvision", "lightning": "lightning", "timm": "timm",
         "torchmetrics": "torchmetrics", "hydra": "hydra-core", "omegaconf": "omegaconf",
-        "tensorboard": "tensorboard", "matplotlib": "matplotlib"}
-print(" ".join(pip for module, pip in need.items() if importlib.util.find_spec(module) is None))
+        "hydra_plugins.hydra_joblib_launcher": "hydra-joblib-launcher", "joblib": "joblib",
+        "tensorboard": "tensorboard", "matplotlib": "matplotlib", "pytest": "pytest"}
+def found(module):
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent is missing
+        return False
+print(" ".join(pip for module, pip in need.items() if not found(module)))
 EOF
 ) || { echo "error: '$PY' does not run; set PYTHON=<python with torch>" >&2; exit 2; }
 if [ -n "$missing" ]; then
-  echo "error: missing Python packages: $missing. Offline, build wheels on a machine with network" \
-       "(pip wheel --no-deps -w .whl $missing; antlr4-python3-runtime==4.9.3 for hydra-core) and install" \
-       "them here (pip install --no-index --no-deps --target /tmp/site .whl/*.whl; export PYTHONPATH=/tmp/site)" >&2
+  echo "error: missing Python packages: $missing. Offline: bash scripts/gpu_carry.sh on a machine with" \
+       "network, carry .gpu_carry/ and install its wheels (docs/PERFORMANCE.md, \"Running the GPU check\")" >&2
   exit 2
 fi
-FMNIST_FILES="train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz"
-for f in $FMNIST_FILES; do
-  [ -f "$FMNIST_DIR/$f" ] && continue
-  if [ $SMOKE = 1 ]; then  # toy sizes need no real images: a random stand-in in the same IDX format
-    FMNIST_DIR=$(mktemp -d /tmp/vitpos-fmnist-standin.XXXX)
-    trap 'rm -rf "$FMNIST_DIR"' EXIT
-    $PY - "$FMNIST_DIR" <<'EOF2'
-import gzip, sys
-import numpy as np
-rng = np.random.default_rng(0)
-for prefix, count in (("train", 8000), ("t10k", 1000)):
-    for kind, shape, high in (("images-idx3", (count, 28, 28), 256), ("labels-idx1", (count,), 10)):
-        header = bytes([0, 0, 8, len(shape)]) + b"".join(n.to_bytes(4, "big") for n in shape)
-        with gzip.open(f"{sys.argv[1]}/{prefix}-{kind}-ubyte.gz", "wb") as f:
-            f.write(header + rng.integers(0, high, shape, dtype=np.uint8).tobytes())
-EOF2
-    echo "Fashion-MNIST not found: the smoke run uses a random stand-in in $FMNIST_DIR (accuracy meaningless)"
-    break
-  fi
-  echo "error: $FMNIST_DIR/$f is missing; copy Fashion-MNIST's four .gz files there" \
-       "(Debian: dataset-fashion-mnist) or set FMNIST_DIR=<folder>" >&2
-  exit 2
-done
 if [ $SMOKE = 0 ]; then
-  $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" ||
-    { echo "error: no CUDA device visible to torch; on a CPU machine use --cpu-smoke" >&2; exit 2; }
-  GPU=$($PY -c "import torch; print(torch.cuda.get_device_name(0))")
-  NGPU=$($PY -c "import torch; print(torch.cuda.device_count())")
-  DEVICE=cuda TRAINER=gpu BATCHES="256 1024" STEPS=20 REPEATS=3 EPOCHS=3 SUBSET=null TRAIN_BATCH=512
-  COMPILE="--compile --compile-modes default,max-autotune-no-cudagraphs,reduce-overhead"
-  DDP="trainer=ddp trainer.devices=$NGPU" EXTRA=""
-else
-  GPU="cpu-smoke" NGPU=2
-  DEVICE=cpu TRAINER=default BATCHES="32" STEPS=1 REPEATS=1 EPOCHS=1 SUBSET=1024 TRAIN_BATCH=128
-  EXTRA="trainer.limit_val_batches=4 trainer.limit_test_batches=4"
-  COMPILE="" DDP="trainer=cpu_ddp trainer.precision=32-true"
+  CIFAR10=${CIFAR10:-$(for f in .gpu_carry/cifar10-jpeg.tar.gz ../shared/data/cifar10-jpeg.tar.gz; do [ -f "$f" ] && echo "$f" && break; done)}
+  [ -n "$CIFAR10" ] && [ -e "$CIFAR10" ] ||
+    { echo "error: no CIFAR-10 copy: set CIFAR10=<archive, folder or image tree> or carry .gpu_carry/ (scripts/gpu_carry.sh)" >&2; exit 2; }
+  read -r NGPU GPU < <($PY -c "import torch; n = torch.cuda.device_count(); print(n, torch.cuda.get_device_name(0) if n else '')")
+  [ "${NGPU:-0}" -gt 0 ] || { echo "error: no CUDA device visible to torch; on a CPU machine use --cpu-smoke" >&2; exit 2; }
+  DEVICE=cuda TRAINER=gpu NCPU=$(nproc)
+  B_TESTS=55 B_EAGER=20 B_COMPILED=45 B_ABLATION=190 B_STRONGEST=70 B_EVAL=35 B_DDP=30
+  TBATCH=1024 TSTEPS=10 TREPEATS=3 MODES=default,reduce-overhead
+  SCHEMES=${ABLATION_SCHEMES:-none,1d_learned,2d_sin,rel_shaw,rope_axial,rel_bias,cpe,cpb,rope_mixed}
+  C_EPOCHS=${ABLATION_EPOCHS:-25} C_MARGIN=50        # start-up of the jobs and the final test: not fit time
+  D_EPOCHS=${STRONGEST_EPOCHS:-15} D_MARGIN=30
+  TOY="" EVAL="batch_size=1024" DDP="trainer=ddp trainer.devices=$NGPU" DDP_STEPS=20
 fi
+WORK=${WORK_DIR:-$(mktemp -d /tmp/vitpos-gpu-check.XXXX)}
+mkdir -p "$WORK"
+SAMPLER=
+cleanup() {
+  [ -n "$SAMPLER" ] && kill "$SAMPLER" 2> /dev/null
+  [ $SMOKE = 1 ] && [ -z "${WORK_DIR:-}" ] && rm -rf "$WORK"  # the smoke run's toy logs and checkpoints
+}
+trap cleanup EXIT
+if [ $SMOKE = 1 ]; then
+  GPU="cpu-smoke" NGPU=0 DEVICE=cpu TRAINER=default NCPU=2
+  B_TESTS=120 B_EAGER=60 B_COMPILED=0 B_ABLATION=120 B_STRONGEST=60 B_EVAL=60 B_DDP=90
+  TBATCH=16 TSTEPS=1 TREPEATS=1 MODES=
+  SCHEMES=${ABLATION_SCHEMES:-none,rel_shaw}
+  C_EPOCHS=2 C_MARGIN=60 D_EPOCHS=1 D_MARGIN=40
+  # toy sizes: a few batches of a tiny stand-in, CPU bf16 where supported
+  TOY="data.batch_size=16 data.val_size=40 trainer.limit_train_batches=3 trainer.limit_val_batches=2 trainer.limit_test_batches=2"
+  EVAL="batch_size=64 limit=64" DDP="trainer=cpu_ddp trainer.precision=32-true" DDP_STEPS=4
+  CIFAR10=$WORK/cifar10-jpeg.tar.gz   # a CIFAR-10-like JPEG tree: 10 classes, 16 train / 8 test images each
+  $PY - "$CIFAR10" <<'EOF' || { echo "error: cannot write the stand-in CIFAR-10 under $WORK" >&2; exit 2; }
+import io, sys, tarfile
+import torch
+from torchvision.io import encode_jpeg
+from vitpos.data import CIFAR10_CLASSES
+generator = torch.Generator().manual_seed(0)
+with tarfile.open(sys.argv[1], "w:gz") as archive:
+    for split, count in (("train", 16), ("test", 8)):
+        for label in CIFAR10_CLASSES:
+            for i in range(count):
+                data = encode_jpeg(torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8, generator=generator)).numpy().tobytes()
+                info = tarfile.TarInfo(f"cifar10-jpeg/{split}/{label}/{i:04d}.jpg")
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+EOF
+fi
+CIFAR10=$(realpath "$CIFAR10") CACHE=$WORK/cache LOGS=$WORK/logs
 SLUG=$(echo "$GPU" | tr -cs 'A-Za-z0-9' '_' | sed 's/_$//' | tr 'A-Z' 'a-z')
 OUT_DIR=${OUT_DIR:-benchmarks/results/$SLUG}
 mkdir -p "$OUT_DIR"
 LOG=$OUT_DIR/check.log
 : > "$LOG"
+: > "$WORK/steps.tsv"
 FAILED=()
+hms() { printf '00:00:%02d:%02d' $(($1 / 60)) $(($1 % 60)); }  # seconds as Lightning's max_time DD:HH:MM:SS
 say() { echo "[gpu_check $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
-step() {  # name, command...: run, log, remember failures, go on
+report() {  # step [planned epochs]: its figures into the output folder, and summary.json
   local name=$1; shift
-  say "$name: $*"
-  local start=$SECONDS
-  if "$@" >> "$LOG" 2>&1; then say "$name: ok ($((SECONDS - start)) s)"; else say "$name: FAILED ($((SECONDS - start)) s, see $LOG)"; FAILED+=("$name"); fi
+  $PY scripts/gpu_check_report.py "$name" "$WORK" "$OUT_DIR" "$@" 2>&1 | tee -a "$LOG" ||
+    { say "report $name: FAILED"; FAILED+=("report_$name"); }
 }
-say "device: $GPU x $NGPU | $($PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)')"
-LOGS=$OUT_DIR/logs
-rm -rf "$LOGS"
-QUIET="trainer.enable_progress_bar=false paths.log_dir=$LOGS"
-
-# --- 1. the device tests (the other steps still run without pytest; the check then ends FAILED) -
-if $PY -c "import pytest" 2> /dev/null; then
-  step tests $PY -m pytest -q -p no:cacheprovider tests/test_device.py
-else
-  say "tests: FAILED (pytest is not installed: carry its wheels, pip wheel --no-deps pytest pluggy iniconfig)"
-  FAILED+=(tests)
-fi
-
-# --- 2. throughput: vitpos vs timm, every scheme, compile modes ---------------------------------
-for batch in $BATCHES; do
-  schemes=$([ $SMOKE = 1 ] && echo "none,rope_mixed" || $PY -c "import vitpos; print(','.join(vitpos.list_pos()))")
-  step "throughput_b$batch" $PY benchmarks/throughput.py --device $DEVICE --batch "$batch" --steps $STEPS \
-    --repeats $REPEATS --schemes "$schemes" --loader-images $((batch * 20)) \
-    $([ "$batch" = "${BATCHES##* }" ] && echo "$COMPILE") --out "$OUT_DIR/throughput_b$batch.json"
-done
-
-# --- 3. Fashion-MNIST training with GPU utilisation sampled, 4. evaluation at 32/48/64 px ------
-if [ $SMOKE = 0 ] && command -v nvidia-smi > /dev/null; then
-  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,nounits -l 1 > "$OUT_DIR/gpu_util.csv" &
-  SAMPLER=$!
-fi
-for pos in 2d_sin rope_mixed; do
-  step "train_$pos" $PY train.py experiment=fmnist_cpu pos=$pos seed=0 img_size=32 trainer=$TRAINER \
-    trainer.max_epochs=$EPOCHS data.batch_size=$TRAIN_BATCH data.train_subset=$SUBSET data.system_dir="$FMNIST_DIR" \
-    figures_at_end=false $EXTRA $QUIET
-  step "evaluate_$pos" $PY -m vitpos.evaluate ckpt="$LOGS/fmnist_cpu/${pos}_fashion_mnist_32px_seed0" \
-    img_sizes=[32,48,64] device=$DEVICE \
-    out="$OUT_DIR/evaluate_$pos" $([ $SMOKE = 1 ] && echo limit=256)
-done
-[ -n "${SAMPLER:-}" ] && kill "$SAMPLER"
-
-# --- 5. a DDP launch over all visible devices ---------------------------------------------------
-step ddp $PY train.py data=synthetic model=vit_micro pos=rel_bias $DDP trainer.max_steps=20 \
-  run_name=ddp_check figures_at_end=false $QUIET
-
-# --- summary ----------------------------------------------------------------------------------
-$PY - "$OUT_DIR" "$GPU" "$SLUG" "${FAILED[*]:-}" <<'EOF' | tee -a "$LOG"
+step() {  # name, budget in seconds, command...: run under timeout, log, remember failures, go on
+  local name=$1 budget=$2; shift 2
+  say "$name (budget $budget s): $*"
+  local start=$(date +%s) rc=0
+  timeout -k 15 "$budget" "$@" >> "$LOG" 2>&1 || rc=$?
+  local status=ok
+  case $rc in 0) ;; 124|137) status=TIMEOUT; FAILED+=("$name") ;; *) status="FAILED(rc $rc)"; FAILED+=("$name") ;; esac
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$start" "$(date +%s)" "$budget" >> "$WORK/steps.tsv"
+  say "$name: $status ($(( $(date +%s) - start )) s)"
+}
+versions=$($PY - "$WORK/device.json" "$GPU" "$NGPU" "$NCPU" "$CIFAR10" <<'EOF'
 import json, sys
-from pathlib import Path
-out, gpu, slug, failed = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4].split()
-summary = {"device": gpu, "failed_steps": failed, "throughput": {}, "training": {}, "evaluation": {}}
-for path in sorted(out.glob("throughput_b*.json")):
-    summary["throughput"][path.stem] = json.loads(path.read_text())
-for results in sorted((out / "logs").glob("*/*/version_*/results.json")):
-    metrics = json.loads(results.read_text())
-    summary["training"][results.parent.parent.name] = {k: metrics.get(k) for k in
-                                                      ("val/acc_best", "test/acc", "fit_seconds", "params")}
-for csv in sorted(out.glob("evaluate_*/resolution.csv")):
-    summary["evaluation"][csv.parent.name] = csv.read_text().splitlines()
-util = out / "gpu_util.csv"
-if util.exists():
-    rows = [line.split(", ") for line in util.read_text().splitlines()[1:] if line.count(",") == 2]
-    busy = [float(r[1]) for r in rows]
-    summary["gpu_utilisation_mean_pct"] = sum(busy) / len(busy) if busy else None
-    summary["gpu_memory_max_mib"] = max((float(r[2]) for r in rows), default=None)
-(out / f"{slug}.json").write_text(json.dumps(summary, indent=1))
-for name, rows in summary["training"].items():
-    print(f"  {name}: test acc {rows['test/acc']}, fit {rows['fit_seconds']} s")
-print(f"wrote {out / (slug + '.json')}")
+import torch
+path, gpu, ngpu, ncpu, data = sys.argv[1:]
+json.dump(dict(device=gpu, gpus=int(ngpu), cpus=int(ncpu), torch=torch.__version__, cuda=torch.version.cuda,
+               data=data), open(path, "w"))
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}")
 EOF
+)
+say "device: $GPU x $NGPU, $NCPU CPUs | $versions | data $CIFAR10 | output $OUT_DIR | work $WORK"
+if [ $SMOKE = 0 ] && command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory,memory.used,memory.total,power.draw,clocks.sm \
+    --format=csv,nounits -l 1 > "$OUT_DIR/gpu_util.csv" 2>> "$LOG" &
+  SAMPLER=$!
+else
+  say "gpu_util: skipped ($([ $SMOKE = 1 ] && echo 'CPU smoke run' || echo 'no nvidia-smi'))"
+fi
+# decode the CIFAR-10 copy into the cache while the tests run (the training jobs then load tensors)
+$PY -c "import sys; from vitpos.image_folder import load_image_tree; load_image_tree(sys.argv[1], sys.argv[2], (32, 32))" \
+  "$CIFAR10" "$CACHE" >> "$LOG" 2>&1 &
+DECODE=$!
+QUIET="trainer.enable_progress_bar=false figures_at_end=false data.root=$CIFAR10 data.cache_dir=$CACHE"
+
+# --- a. the device tests --------------------------------------------------------------------------
+step tests $B_TESTS $PY -m pytest -q -p no:cacheprovider tests/test_device.py
+report tests
+wait $DECODE || say "decode: FAILED (see $LOG); the training steps decode the copy themselves"
+
+# --- b. throughput: vitpos vs timm at equal size, eager, then compiled ------------------------------
+for model in vit_mini vit_tiny; do
+  step "throughput_${model}_eager" $B_EAGER $PY benchmarks/throughput.py --device $DEVICE --model $model \
+    --batch $TBATCH --steps $TSTEPS --warmup 2 --repeats $TREPEATS --schemes none,1d_learned \
+    --loader-images $([ $model = vit_mini ] && echo $((TBATCH * 40)) || echo 0) --out "$WORK/throughput_${model}_eager.json"
+  report throughput
+done
+if [ -n "$MODES" ]; then
+  for model in vit_mini vit_tiny; do
+    step "throughput_${model}_compiled" $B_COMPILED $PY benchmarks/throughput.py --device $DEVICE --model $model \
+      --batch $TBATCH --steps $TSTEPS --warmup 3 --repeats $TREPEATS --schemes 1d_learned --loader-images 0 \
+      --compile --compile-modes $MODES --out "$WORK/throughput_${model}_compiled.json"
+    report throughput
+  done
+else
+  say "throughput compiled: skipped (CPU smoke run: torch.compile takes minutes on a CPU, reduce-overhead needs CUDA)"
+fi
+
+# --- c. the published ablation at its own recipe, all schemes at once on the one GPU --------------
+IFS=, read -ra scheme_list <<< "$SCHEMES"
+JOBS=${#scheme_list[@]}
+WORKERS=$(( (NCPU + JOBS - 1) / JOBS ))   # RandAugment's DataLoader workers per run
+[ $SMOKE = 1 ] && WORKERS=0
+say "ablation: ${JOBS} runs at once, ${C_EPOCHS} epochs planned (the schedule's length), fit stopped after" \
+    "$((B_ABLATION - C_MARGIN)) s if not done; ${WORKERS} DataLoader workers each"
+step ablation $B_ABLATION env OMP_NUM_THREADS=1 $PY train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=$JOBS \
+  experiment=cifar10_schh "pos=$SCHEMES" seed=0 trainer=$TRAINER trainer.max_epochs=$C_EPOCHS \
+  trainer.max_time=$(hms $((B_ABLATION - C_MARGIN))) data.num_workers=$WORKERS $QUIET $TOY \
+  paths.log_dir=$LOGS/ablation hydra.sweep.dir=$LOGS/ablation/hydra
+report ablation $C_EPOCHS
+
+# --- d. the strongest CIFAR-10 ViT that fits (<= 10M parameters) -----------------------------------
+STRONGEST_POS=${STRONGEST_POS:-rel_shaw}
+step strongest $B_STRONGEST $PY train.py experiment=cifar10 pos=$STRONGEST_POS seed=0 trainer=$TRAINER \
+  trainer.max_epochs=$D_EPOCHS trainer.max_time=$(hms $((B_STRONGEST - D_MARGIN))) \
+  data.num_workers=$([ $SMOKE = 1 ] && echo 0 || echo $((NCPU - 2))) $QUIET $TOY paths.log_dir=$LOGS/strongest
+report strongest $D_EPOCHS
+
+# --- e. step c's checkpoints at 32/48/64 px, and a DDP launch over all visible devices -------------
+step transfer $B_EVAL $PY -m vitpos.evaluate ckpt=$LOGS/ablation/cifar10_schh img_sizes=[32,48,64] device=$DEVICE \
+  out=$WORK/evaluate $EVAL
+report transfer
+step ddp $B_DDP $PY train.py data=synthetic model=vit_micro pos=rel_bias $DDP trainer.max_steps=$DDP_STEPS \
+  run_name=ddp_check figures_at_end=false trainer.enable_progress_bar=false paths.log_dir=$LOGS/ddp
+report ddp
+
+files=$(ls "$OUT_DIR" | wc -l)
+say "output: $files files in $OUT_DIR ($(ls "$OUT_DIR" | tr '\n' ' '))"
 if [ ${#FAILED[@]} -gt 0 ]; then
   say "FAILED steps: ${FAILED[*]}"
   exit 1

@@ -3,11 +3,13 @@ with no traceback and no run folder left behind."""
 from __future__ import annotations
 
 import gzip
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import vitpos
 from vitpos import VitposError
@@ -34,6 +36,7 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("model.compile=fast", "model.compile='fast' must be false, true or one of"),
     ("data.device_resident=yes", "data.device_resident='yes' must be auto, true or false"),
     ("data.augment=randaugment data.device_resident=true", "runs per sample in DataLoader workers"),
+    ("model.drop_rate=1.0", "model.drop_rate=1.0 must be a number with 0 <= drop_rate < 1"),
 ]
 
 
@@ -55,7 +58,21 @@ def test_cli_prints_one_error_line_with_exit_code_2(tmp_path):
         ["error: data.augment='foo' is not one of none, standard, randaugment, trivialaugment"]
 
 
-@pytest.mark.parametrize("sizes, message", [("img_sizes=[0]", "img_size=0 must be"), ("img_sizes=abc", "img_sizes='abc' must be a list")])
+@pytest.mark.parametrize("args, message", [
+    (["--nope"], "error: unknown option '--nope'; use --cpu-smoke, --out DIR or --help"),
+    (["--out"], "error: --out needs a folder, e.g. --out $OUT"),
+    ([], "error: no CUDA device visible to torch; on a CPU machine use --cpu-smoke"),
+])
+def test_gpu_check_refuses_with_one_error_line(args, message):
+    if not args and torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the check would run")
+    env = {**os.environ, "CIFAR10": str(ROOT / "train.py")}  # any existing path passes the data check
+    result = subprocess.run(["bash", "scripts/gpu_check.sh", *args], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and result.stderr.splitlines() == [message] and not result.stdout
+
+
+@pytest.mark.parametrize("sizes, message", [("img_sizes=[0]", "img_size=0 must be"),
+                                            ("img_sizes=abc", "img_sizes='abc' must be a list")])
 def test_evaluate_bad_sizes(sizes, message, capsys, tmp_path):
     assert evaluate_main([f"ckpt={tmp_path}", sizes]) == 2
     err = capsys.readouterr().err

@@ -16,7 +16,8 @@ from vitpos.compare import compare, epoch_curves, group_runs, transfer_curves
 from vitpos.runs import RESULTS_FILE
 from vitpos.train import train
 
-KEY = dict(experiment="e", data="d", img_size=28, train_sizes="-", finetuned_from="-", model="m", lr=0.001, batch_size=8, epochs=1)
+KEY = dict(experiment="e", data="d", img_size=28, train_sizes="-", finetuned_from="-", model="m", lr=0.001,
+           batch_size=8, epochs=1)
 
 
 def run_row(pos: str, seed: int, test_acc, **extra) -> dict:
@@ -104,8 +105,8 @@ def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
     assert not (tmp_path / "out" / "transfer.png").exists()  # no run was evaluated at other sizes
     assert (tmp_path / "out" / "epochs.png").stat().st_size > 0  # two validations per run: a curve each
     assert none["val_acc_best_mean"] == pytest.approx(statistics.fmean(
-        max(float(v) for v in run["val_acc_by_epoch"].split()) for run in csv.DictReader(open(tmp_path / "out" / "runs.csv"))
-        if run["pos"] == "none"), abs=1e-4)
+        max(float(v) for v in run["val_acc_by_epoch"].split())
+        for run in csv.DictReader(open(tmp_path / "out" / "runs.csv")) if run["pos"] == "none"), abs=1e-4)
     assert [r["pos"] for r in compare(logs, data="synthetic", img_size=32, out=tmp_path / "o2")] == \
         [r["pos"] for r in rows]
     with pytest.raises(Exception, match="no finished runs"):

@@ -10,8 +10,17 @@ import pytest
 import torch
 
 from vitpos import DataNotFoundError
-from vitpos.data import (CIFAR10_ARCHIVE, CIFAR10_FOLDER, DIRECTIONS, CIFAR10DataModule, DeviceBatches, FashionMNISTDataModule,
-                         SyntheticDataModule, make_synthetic, random_crop_flip)
+from vitpos.data import (
+    CIFAR10_ARCHIVE,
+    CIFAR10_FOLDER,
+    DIRECTIONS,
+    CIFAR10DataModule,
+    DeviceBatches,
+    FashionMNISTDataModule,
+    SyntheticDataModule,
+    make_synthetic,
+    random_crop_flip,
+)
 from vitpos.errors import ConfigError
 
 

@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
-
-import lightning as L
 
 from vitpos.module import ImageClassifier
 from vitpos.train import train
@@ -42,7 +41,7 @@ def test_two_processes_equal_one_with_twice_the_batch(pos, make_config):
     initial = ImageClassifier(model=dict(pos=pos, num_classes=4, in_chans=3, **VIT_MICRO)).state_dict()
     assert any(not torch.equal(initial[k], one[k]) for k in one)  # the steps did change the weights
     for key in one:
-        torch.testing.assert_close(two[key], one[key], atol=2e-6, rtol=1e-5, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(two[key], one[key], atol=2e-6, rtol=1e-5, msg=lambda m, key=key: f"{key}: {m}")
     # 127 validation images: shards of 64 and 63, no padding sample counted twice
     assert double["val/acc"] == pytest.approx(single["val/acc"], abs=1e-6)
 

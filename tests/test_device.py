@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import compose_config
 
 import vitpos
-from conftest import compose_config
 from vitpos.data import DeviceBatches, ShardedSampler
 from vitpos.train import train
 
@@ -38,7 +38,8 @@ def test_sdpa_and_math_attention_agree_with_gradients(device, pos):
             logits = model(x).float()
         F.cross_entropy(logits, torch.arange(4, device=device)).backward()
         outputs[impl] = logits
-        grads[impl] = {n: p.grad.float() for n, p in model.named_parameters() if n.startswith("pos.") and p.grad is not None}
+        grads[impl] = {n: p.grad.float() for n, p in model.named_parameters()
+                       if n.startswith("pos.") and p.grad is not None}
     tolerance = 3e-2 if bf16_on(device) else 1e-4
     torch.testing.assert_close(outputs["sdpa"], outputs["math"], atol=tolerance, rtol=tolerance)
     assert grads["sdpa"].keys() == grads["math"].keys()

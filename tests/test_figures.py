@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import vitpos
 import vitpos.figures
-from vitpos.plots import (attention_distances, centre_index, make_figures, mosaic, positional_table, save_figures)
+from vitpos.plots import attention_distances, centre_index, make_figures, mosaic, positional_table, save_figures
 from vitpos.train import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -58,7 +58,8 @@ def test_centre_index():
 def test_positional_table_is_what_add_adds(pos):
     model = build(pos)
     tokens = torch.randn(2, 16, 16)
-    torch.testing.assert_close(model.pos.add(tokens, (4, 4)) - tokens, positional_table(model, (4, 4)).expand(2, -1, -1))
+    torch.testing.assert_close(model.pos.add(tokens, (4, 4)) - tokens,
+                               positional_table(model, (4, 4)).expand(2, -1, -1))
 
 
 def pairwise_mean_distance(grid, patch):  # independent of vitpos.figures.patch_distances
@@ -103,7 +104,8 @@ def test_training_logs_the_figures_and_the_command_redraws_them(figure_run, tmp_
     events = EventAccumulator(run_dir, size_guidance={"images": 0})
     events.Reload()
     assert set(events.Tags()["images"]) == {"figures/rotary", "figures/attention_distance"}
-    assert sorted(p.name for p in (tmp_path / "logs").rglob("figures/*.png")) == ["attention_distance.png", "rotary.png"]
+    logged = sorted(p.name for p in (tmp_path / "logs").rglob("figures/*.png"))
+    assert logged == ["attention_distance.png", "rotary.png"]
 
     out = tmp_path / "cli"
     result = subprocess.run([sys.executable, "-m", "vitpos.figures", f"ckpt={figure_run['checkpoint']}", f"out={out}",

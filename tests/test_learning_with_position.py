@@ -3,7 +3,6 @@ stays at (tests/test_learning_without_position.py; see learning_budget)."""
 from __future__ import annotations
 
 import pytest
-
 from learning_budget import LEARNED_FLOOR, budget_accuracy
 
 

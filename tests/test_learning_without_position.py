@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from learning_budget import CHANCE_CEILING, budget_accuracy
 
 

@@ -287,6 +287,23 @@ def test_unknown_pool_or_attn_impl_raises_config_error(option):
         make("none", **option)
 
 
+@pytest.mark.parametrize("rate", [-0.1, 1.0, True, "0.1"])
+def test_drop_rate_outside_zero_to_one_raises_config_error(rate):
+    with pytest.raises(ConfigError, match=r"model\.drop_rate=.* 0 <= drop_rate < 1"):
+        make("none", drop_rate=rate)
+
+
+def test_dropout_changes_training_only():
+    """drop_rate adds no parameter, perturbs the training forward pass, and leaves evaluation
+    identical to the same weights without dropout."""
+    x = images(32, 32, batch=4)
+    plain, dropped = make("2d_sin"), make("2d_sin", drop_rate=0.5)
+    dropped.load_state_dict(plain.state_dict())  # strict: the same parameters and buffers
+    with torch.no_grad():
+        torch.testing.assert_close(dropped.eval()(x), plain.eval()(x), atol=0, rtol=0)
+        assert not torch.allclose(dropped.train()(x), plain.train()(x))
+
+
 # ----------------------------------------------------------------------------------------------
 # 5. every parameter is used (DDP with find_unused_parameters=False)
 
@@ -346,7 +363,8 @@ def test_math_and_sdpa_attention_agree(pos, pool, size, monkeypatch):
         other = sdpa_params[name]
         assert (param.grad is None) == (other.grad is None), name
         if param.grad is not None:
-            torch.testing.assert_close(other.grad, param.grad, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+            torch.testing.assert_close(other.grad, param.grad, atol=1e-5, rtol=1e-4,
+                                       msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("pos", SCHEMES)

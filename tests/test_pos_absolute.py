@@ -7,8 +7,6 @@ import math
 
 import pytest
 import torch
-
-
 from pos_util import build
 
 pytestmark = pytest.mark.usefixtures("one_thread")

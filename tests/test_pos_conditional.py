@@ -2,14 +2,12 @@
 grids throughout, so a swapped H/W or a grid inferred with sqrt(N) shows up."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from vitpos import ConfigError
 from vitpos.pos import create_pos
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -3,12 +3,10 @@ are checked at construction. Rectangular grids throughout, so a swapped H/W or a
 sqrt(N) shows up."""
 from __future__ import annotations
 
-
 import pytest
 
 import vitpos
 from vitpos.pos import HOOKS, get_pos_class
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

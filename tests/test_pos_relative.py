@@ -8,10 +8,9 @@ import math
 
 import pytest
 import torch
+from pos_util import assert_function_of_offset, build, group_by_offset, offsets
 
 from vitpos import ConfigError
-
-from pos_util import assert_function_of_offset, build, group_by_offset, offsets
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -370,5 +369,6 @@ def test_rel_shaw_with_zero_tables_is_the_model_without_position(pool, attn_impl
 
 @pytest.mark.parametrize("max_distance", [0, -1, 1.5, True])
 def test_rel_shaw_max_distance_must_be_a_positive_integer(max_distance):
-    with pytest.raises(ConfigError, match=r"pos=rel_shaw needs max_distance to be a positive integer.*max_distance=2; got"):
+    with pytest.raises(ConfigError,
+                       match=r"pos=rel_shaw needs max_distance to be a positive integer.*max_distance=2; got"):
         build("rel_shaw", 32, pos_kwargs={"max_distance": max_distance})

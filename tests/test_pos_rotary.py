@@ -3,17 +3,15 @@ matches timm's formula. Rectangular grids throughout, so a swapped H/W or a grid
 sqrt(N) shows up."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
+from pos_util import assert_function_of_offset, build
 from timm.layers.pos_embed_sincos import apply_rot_embed
 
 import vitpos
 from vitpos import ConfigError
 from vitpos.pos import create_pos
-
-from pos_util import assert_function_of_offset, build
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -77,7 +75,8 @@ def axial_reference(x, grid, theta, ref_grid=None):
     angles = axial_angles(grid, x.shape[-1], theta, ref_grid)
     x = x.double()
     first, second = x.chunk(2, dim=-1)
-    return torch.cat([first * angles.cos() - second * angles.sin(), second * angles.cos() + first * angles.sin()], dim=-1)
+    return torch.cat([first * angles.cos() - second * angles.sin(),
+                      second * angles.cos() + first * angles.sin()], dim=-1)
 
 
 @pytest.mark.parametrize("theta", [100.0, 10000.0])
@@ -98,12 +97,14 @@ def test_rope_axial_matches_reference(grid, mode, theta):
     torch.testing.assert_close(model.pos.rotate(1, q, k, grid)[0], q_rot, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("angles_shape", [(10, 4), (1, 10, 4), (3, 10, 4)], ids=["shared", "broadcast-head", "per-head"])
+@pytest.mark.parametrize("angles_shape", [(10, 4), (1, 10, 4), (3, 10, 4)],
+                         ids=["shared", "broadcast-head", "per-head"])
 def test_half_layout_rotation_is_timms_formula_with_exact_gradients(angles_shape):
     """The hand-written rotation and backward against timm's `apply_rot_embed(half=True)` and against
     finite differences, for fixed (shared) and learned (per-head) angles and a non-contiguous x."""
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 10, 3, 8, dtype=torch.float64, generator=generator).transpose(1, 2).requires_grad_()  # (B, heads, N, D)
+    # (B, heads, N, D)
+    x = torch.randn(2, 10, 3, 8, dtype=torch.float64, generator=generator).transpose(1, 2).requires_grad_()
     angles = (4 * torch.randn(angles_shape, dtype=torch.float64, generator=generator)).requires_grad_()
     rotated = vitpos.pos.rotary.HalfLayoutRotation.apply(x, angles)
     both_halves = torch.cat([angles, angles], dim=-1)

@@ -16,9 +16,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import compose_config  # the Hydra composition train.py uses (tests/conftest.py)
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -27,9 +29,7 @@ from vitpos import ConfigError, create_model, load_model
 from vitpos.evaluate import main as evaluate_main
 from vitpos.pos import get_pos_class
 from vitpos.resize import model_state, read_checkpoint
-from vitpos.train import train
-
-from conftest import compose_config  # the Hydra composition train.py uses (tests/conftest.py)
+from vitpos.train import resume_checkpoint, train
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = vitpos.list_pos()
@@ -507,6 +507,21 @@ def test_finetune_to_size_not_divisible_by_patch(real_ckpt, make_config, tiny_ov
     assert_one_line(error, "30x30", "patch size 4", "use a multiple of 4")
 
 
+def test_checkpoint_from_before_drop_rate_loads_and_resumes(tmp_path):
+    """A checkpoint whose hyper-parameters predate `drop_rate` rebuilds with its default (0.0), and
+    resuming it with a config that says drop_rate: 0.0 is no change of model (0.1 is one)."""
+    today = model_kwargs("2d_sin")
+    before = {k: v for k, v in today.items() if k != "drop_rate"}
+    path = tmp_path / "run" / "version_0" / "checkpoints" / "last.ckpt"
+    path.parent.mkdir(parents=True)
+    save_checkpoint(create_model(**before), path, model_args=before)
+    assert load_model(path).config["drop_rate"] == 0.0
+    resume = OmegaConf.create({"resume": str(path)})
+    assert resume_checkpoint(resume, tmp_path, "run", SimpleNamespace(hparams={"model": today})) == path
+    with pytest.raises(ConfigError, match=r"drop_rate: 0\.0 -> 0\.1"):
+        resume_checkpoint(resume, tmp_path, "run", SimpleNamespace(hparams={"model": {**today, "drop_rate": 0.1}}))
+
+
 def test_missing_checkpoint(tmp_path):
     missing = tmp_path / "no_such.ckpt"
     with pytest.raises(ConfigError) as error:
@@ -562,7 +577,7 @@ def test_random_bytes_never_escape_as_another_exception(tmp_path):
             escaped[first] = "no error"
         except ConfigError as error:
             assert "\n" not in str(error)
-        except Exception as error:  # noqa: BLE001 - collecting what escapes
+        except Exception as error:  # collecting what escapes
             escaped[first] = f"{type(error).__name__}: {str(error)[:60]}"
     assert not escaped, f"{len(escaped)} of 256 first bytes escape: {escaped}"
 

@@ -228,3 +228,15 @@ def test_closing_summary_suggests_commands_for_the_runs_own_size(make_config, tm
     assert f"python -m vitpos.evaluate ckpt={run} {sizes}" in text
     assert f"python train.py pos=rope_mixed {bigger} finetune_from=best.ckpt" in text
     assert "test acc 50.00%" in text and "100 img/s" in text
+
+
+@pytest.mark.parametrize("experiment, recipe", [("fmnist_cpu", "fmnist_finetune"),
+                                                ("cifar10_study", "cifar10_finetune")])
+def test_closing_summary_fine_tunes_with_the_recipes_own_fine_tune(experiment, recipe, make_config, tmp_path):
+    """A study run's suggested fine-tune is its experiment's short fine-tune recipe (a few minutes),
+    not the default trainer's 100 epochs."""
+    cfg = make_config([f"experiment={experiment}", "pos=cpe"])
+    text = summary(cfg, {"log_dir": str(tmp_path / "run"), "fit_seconds": 60.0, "checkpoint": "best.ckpt"}, 6000)
+    assert f"python train.py experiment={recipe} pos=cpe finetune_from=best.ckpt" in text
+    finetune = make_config([f"experiment={recipe}", "pos=cpe"])
+    assert finetune.trainer.max_epochs == 1 and finetune.img_size == 2 * cfg.img_size

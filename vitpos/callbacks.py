@@ -1,6 +1,6 @@
 """What Lightning does not do for exact, safe resumption (atomic checkpoint files, RNG state in
-the checkpoint, one `last.ckpt` written periodically and on SIGTERM), and the end-of-training
-positional figures."""
+the checkpoint, one `last.ckpt` written periodically and on SIGTERM), the end-of-training
+positional figures, and the test accuracy after every epoch that small-ViT papers report."""
 from __future__ import annotations
 
 import os
@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
+from torchmetrics.classification import MulticlassAccuracy
 
 from .plots import make_figures, pyplot, sample_images, save_figures
 
@@ -129,6 +130,44 @@ class PositionalFigures(L.Callback):
             for figure in figures.values():
                 pyplot().close(figure)
         model.train(was_training)
+
+
+class EveryEpochTest(L.Callback):
+    """After every validation (not the sanity check), the top-1 accuracy of the current weights on
+    the whole test split as `test_each_epoch/acc`, and its maximum so far as `_best`: the "best test
+    accuracy over the epochs" that published small-ViT ablations report, no held-out figure (the
+    run's `test/acc`, of the best-by-validation checkpoint, stays one). It draws no random number,
+    so training is the same with or without it."""
+
+    def __init__(self):
+        self.best = 0.0
+        self._loader = self._metric = None
+
+    def state_dict(self) -> dict:
+        return {"best": self.best}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.best = state_dict["best"]
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        datamodule, device = trainer.datamodule, pl_module.device
+        if self._loader is None:  # one loader for the run (its workers, if any, persist)
+            self._loader = datamodule.test_dataloader()
+            self._metric = MulticlassAccuracy(datamodule.num_classes, top_k=1, average="micro").to(device)
+        self._metric.reset()
+        was_training = pl_module.training
+        pl_module.eval()
+        with torch.inference_mode(), trainer.precision_plugin.forward_context():
+            for images, labels in self._loader:
+                logits = pl_module(datamodule.preprocess(images.to(device), train=False))
+                self._metric.update(logits.float(), labels.to(device))
+        pl_module.train(was_training)
+        accuracy = float(self._metric.compute())  # over every rank's shard
+        self.best = max(self.best, accuracy)
+        pl_module.log("test_each_epoch/acc", accuracy, sync_dist=True)
+        pl_module.log("test_each_epoch/acc_best", self.best, sync_dist=True)
 
 
 class ProgressBar(TQDMProgressBar):

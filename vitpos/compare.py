@@ -23,9 +23,8 @@ from pathlib import Path
 
 import yaml
 from hydra.utils import get_class
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
 from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from .config import parse_options
 from .errors import ConfigError, VitposError
@@ -133,7 +132,8 @@ def compare(root: str | Path, data: str | None = None, img_size: int | str | Non
     if not root.is_dir():
         raise ConfigError(f"no such log folder: {root}; pass the TensorBoard root, e.g. logs/")
     runs = [summarize(run, root) for run in run_folders(root)]
-    runs = [r for r in runs if (data is None or r["data"] == data) and (img_size is None or str(r["img_size"]) == str(img_size))]
+    runs = [r for r in runs
+            if (data is None or r["data"] == data) and (img_size is None or str(r["img_size"]) == str(img_size))]
     if not runs:
         raise ConfigError(f"no finished runs (with {RESULTS_FILE}) under {root} match data={data} img_size={img_size}")
     runs.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), r["pos"], r["seed"]))
@@ -253,7 +253,8 @@ def _accuracy_chart(rows: list[dict], path: Path) -> None:
         spread = max(m + s for m, s in zip(means, stds)) - min(m - s for m, s in zip(means, stds))
         axes.set_ylim(min(m - s for m, s in zip(means, stds)) - max(1, 0.2 * spread),
                       min(100, max(m + s for m, s in zip(means, stds)) + max(1, 0.2 * spread)))
-        axes.set_title("Test accuracy by scheme, mean ± std over seeds\n(the y-axis does not start at zero)", fontsize=10)
+        axes.set_title("Test accuracy by scheme, mean ± std over seeds\n(the y-axis does not start at zero)",
+                       fontsize=10)
     else:
         axes.bar(x, means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8, label="test")
         axes.set_ylim(0, 100)

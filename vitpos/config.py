@@ -78,7 +78,7 @@ def parse_options(argv: list[str], defaults: dict, doc: str, extra_keys=()) -> D
         raise ConfigError(f"expected key=value options, got {loose[0]!r}; see --help")
     try:
         options = OmegaConf.from_dotlist(argv)
-    except Exception as error:  # noqa: BLE001 - OmegaConf's grammar errors have several types
+    except Exception as error:  # OmegaConf's grammar errors have several types
         raise ConfigError(f"cannot parse the options ({str(error).splitlines()[0]}); see --help") from None
     unknown = set(options) - set(defaults) - set(extra_keys)
     if unknown:

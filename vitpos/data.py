@@ -280,7 +280,8 @@ class ImageDataModule(L.LightningDataModule):
         """The per-sample policy on uint8 images (DataLoader workers), before the batched crop/flip."""
         from torchvision.transforms import v2
 
-        return {"randaugment": v2.RandAugment, "trivialaugment": v2.TrivialAugmentWide}.get(self.augment, lambda: None)()
+        policies = {"randaugment": v2.RandAugment, "trivialaugment": v2.TrivialAugmentWide}
+        return policies.get(self.augment, lambda: None)()
 
     def _shard(self) -> tuple[int, int]:
         trainer = self.trainer

@@ -83,7 +83,8 @@ def report(findings: dict) -> str:
     lines.append(f"[{verdict}] position signal {'reaches' if reaches else 'does not reach'} the output: shuffling "
                  f"the patches changes the logits by {100 * change:.3g}%{strength}")
     for name, has_grad in findings["learned"].items():
-        lines.append(f"[{'ok' if has_grad else 'PROBLEM'}] learned pos.{name} {'receives' if has_grad else 'gets no'} gradient")
+        lines.append(f"[{'ok' if has_grad else 'PROBLEM'}] learned pos.{name} "
+                     f"{'receives' if has_grad else 'gets no'} gradient")
     for name in findings["fixed"]:
         lines.append(f"[ok] fixed pos.{name} is a buffer (not trained)")
     if findings["pos_to_token_norm"] is not None:

@@ -27,9 +27,9 @@ from torchmetrics.classification import MulticlassAccuracy
 from .config import data_config, parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
+from .model import image_size
 from .plots import pyplot
 from .precision import bf16_supported
-from .model import image_size
 from .resize import load_model, read_checkpoint
 from .runs import find_checkpoints, run_dir, run_label, size_tag
 

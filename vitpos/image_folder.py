@@ -88,7 +88,8 @@ class Source:
             with zipfile.ZipFile(self.root) as archive:
                 return [(info.filename.rstrip("/"), info.filename, info.is_dir()) for info in archive.infolist()]
         with tarfile.open(self.root) as archive:
-            return [(member.name, member.name, member.isdir()) for member in archive if member.isdir() or member.isfile()]
+            return [(member.name, member.name, member.isdir()) for member in archive
+                    if member.isdir() or member.isfile()]
 
     def read_all(self, files: list[TreeFile]) -> list[bytes]:
         """The bytes of `files`, in their order (archives are read in one pass)."""
@@ -153,7 +154,8 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
             break
     tops = {prefix for prefix, _ in prefixes}
     if len(tops) > 1:
-        raise ConfigError(f"{where} holds more than one image tree ({', '.join('/'.join(t) or '.' for t in sorted(tops))}); "
+        trees = ", ".join("/".join(t) or "." for t in sorted(tops))
+        raise ConfigError(f"{where} holds more than one image tree ({trees}); "
                           f"pass the folder of one")
     splits = {next(s for s, names in SPLIT_FOLDERS.items() if folder in names) for _, folder in prefixes}
     for split, names in SPLIT_FOLDERS.items():

@@ -7,9 +7,8 @@ because no library attention exposes the bias and rotate hooks between q/k and t
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +37,8 @@ class Attention(nn.Module):
     fused kernel's backward is several times slower for short token sequences (measured).
     """
 
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_impl: str = "auto"):
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_impl: str = "auto",
+                 proj_drop: float = 0.0):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
@@ -46,6 +46,7 @@ class Attention(nn.Module):
         self.attn_impl = attn_impl
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
 
     def heads(self, x: Tensor, rotate: Rotate | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Tokens (B, N, D) -> q, k, v (B, heads, N, head_dim) each, q and k rotated by `rotate`."""
@@ -72,19 +73,19 @@ class Attention(nn.Module):
         else:
             out = self.probs(q, k, logit_bias).to(v.dtype) @ v
         out = out.transpose(1, 2).reshape(batch, num_tokens, dim)  # (B, N, D)
-        return self.proj(out)
+        return self.proj_drop(self.proj(out))
 
 
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool, drop_path: float,
-                 attn_impl: str):
+                 attn_impl: str, drop: float = 0.0):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_impl=attn_impl)
+        self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_impl=attn_impl, proj_drop=drop)
         self.norm2 = nn.LayerNorm(dim)
-        self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio), act_layer=nn.GELU)
+        self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None) -> Tensor:
@@ -118,6 +119,8 @@ class VisionTransformer(nn.Module):
         num_heads: attention heads (dim must be divisible by it).
         mlp_ratio: MLP hidden width / dim.
         qkv_bias: bias in the qkv projection.
+        drop_rate: dropout on the outputs of the attention projection and of the MLP, and after the
+            MLP's activation (timm's `proj_drop`), 0 <= drop_rate < 1.
         drop_path_rate: stochastic depth, linearly increasing over the blocks up to this value.
         pool: `gap` (mean of patch tokens) or `cls` (a class token, which gets no position: no
             additive table, zero attention bias, no rotation). With `cls`, only the class token is
@@ -128,8 +131,8 @@ class VisionTransformer(nn.Module):
 
     def __init__(self, pos: str = "2d_sin", img_size: int | tuple[int, int] = 32, patch_size: int = 4,
                  in_chans: int = 3, num_classes: int = 10, dim: int = 192, depth: int = 6, num_heads: int = 3,
-                 mlp_ratio: float = 4.0, qkv_bias: bool = True, drop_path_rate: float = 0.0, pool: str = "gap",
-                 attn_impl: str = "auto", pos_kwargs: dict | None = None):
+                 mlp_ratio: float = 4.0, qkv_bias: bool = True, drop_rate: float = 0.0, drop_path_rate: float = 0.0,
+                 pool: str = "gap", attn_impl: str = "auto", pos_kwargs: dict | None = None):
         super().__init__()
         img_size = image_size(img_size)
         if dim % num_heads:
@@ -138,12 +141,16 @@ class VisionTransformer(nn.Module):
             raise ConfigError(f"pool={pool!r} is not one of {', '.join(POOLS)}")
         if attn_impl not in ATTN_IMPLS:
             raise ConfigError(f"attn_impl={attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
+        if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float)) or not 0 <= drop_rate < 1:
+            raise ConfigError(f"model.drop_rate={drop_rate!r} must be a number with 0 <= drop_rate < 1, "
+                              f"e.g. model.drop_rate=0.1")
         self.patch_size = patch_size
         self.grid: Grid = self.grid_for(img_size)
         self.config = dict(
             pos=pos, img_size=list(img_size), patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
             dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
-            drop_path_rate=drop_path_rate, pool=pool, attn_impl=attn_impl, pos_kwargs=dict(pos_kwargs or {}),
+            drop_rate=drop_rate, drop_path_rate=drop_path_rate, pool=pool, attn_impl=attn_impl,
+            pos_kwargs=dict(pos_kwargs or {}),
         )
 
         self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=dim,
@@ -151,9 +158,9 @@ class VisionTransformer(nn.Module):
         self.pos = create_pos(pos, dim=dim, num_heads=num_heads, depth=depth, grid=self.grid, **(pos_kwargs or {}))
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
         self.num_prefix_tokens = 0 if self.cls_token is None else 1
-        drop_rates = [drop_path_rate * i / max(1, depth - 1) for i in range(depth)]  # linear in depth
+        drop_path_rates = [drop_path_rate * i / max(1, depth - 1) for i in range(depth)]  # linear in depth
         self.blocks = nn.ModuleList(
-            Block(dim, num_heads, mlp_ratio, qkv_bias, drop_rates[i], attn_impl) for i in range(depth)
+            Block(dim, num_heads, mlp_ratio, qkv_bias, drop_path_rates[i], attn_impl, drop_rate) for i in range(depth)
         )
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
@@ -180,7 +187,7 @@ class VisionTransformer(nn.Module):
             )
         return height // self.patch_size, width // self.patch_size
 
-    def resize(self, img_size: int | tuple[int, int], resize_mode: str | None = None) -> "VisionTransformer":
+    def resize(self, img_size: int | tuple[int, int], resize_mode: str | None = None) -> VisionTransformer:
         """Convert the model in place to a new input size with the scheme's resize rule, so that
         `img_size` becomes its native size (fine-tuning there, saving, `create_model(**config)`)."""
         img_size = image_size(img_size)
@@ -244,3 +251,6 @@ def create_model(pos: str, img_size: int | tuple[int, int] = 32, num_classes: in
 
 # the `create_model` keyword arguments besides the scheme and size (CLIs accept them as key=value)
 MODEL_ARGS = frozenset(inspect.signature(VisionTransformer).parameters) - {"pos", "img_size"}
+# their defaults: what a checkpoint saved before an argument existed was built with
+MODEL_DEFAULTS = {name: p.default for name, p in inspect.signature(VisionTransformer).parameters.items()
+                  if p.default is not inspect.Parameter.empty}

@@ -147,7 +147,8 @@ class ImageClassifier(L.LightningModule):
             where = f"at step {step}" if first == step else f"between steps {first} and {step}"
             raise NonFiniteLossError(f"non-finite training loss {where} (epoch {self.current_epoch}; "
                                      f"{int(bad)} rank-step(s), checked every optim.check_finite_every={every}); "
-                                     f"lower optim.lr, keep trainer.gradient_clip_val, or try trainer.precision=32-true")
+                                     f"lower optim.lr, keep trainer.gradient_clip_val, "
+                                     f"or try trainer.precision=32-true")
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._step(batch, self.val_metrics, "val")
@@ -186,7 +187,8 @@ class ImageClassifier(L.LightningModule):
         if trainer.max_epochs is not None and trainer.max_epochs > 0:
             batches = trainer.datamodule.train_batches_per_epoch(trainer.world_size)
             limit = trainer.limit_train_batches
-            batches = min(batches, limit) if isinstance(limit, int) else int(batches * (limit if limit is not None else 1.0))
+            batches = (min(batches, limit) if isinstance(limit, int)
+                       else int(batches * (limit if limit is not None else 1.0)))
             counts.append(math.ceil(batches / trainer.accumulate_grad_batches) * trainer.max_epochs)
         if not counts:
             raise ConfigError("set trainer.max_epochs or trainer.max_steps: the learning-rate schedule needs a length")

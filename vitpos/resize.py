@@ -19,7 +19,7 @@ def read_checkpoint(path: str | Path) -> dict:
                           f"(logs/<run>/version_N/checkpoints/)")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # noqa: BLE001 - unpickling garbage raises almost any exception type
+    except Exception as error:  # unpickling garbage raises almost any exception type
         raise ConfigError(f"cannot read checkpoint {path} (corrupt or truncated? {type(error).__name__}); "
                           f"use another checkpoint, e.g. last.ckpt or the best-*.ckpt beside it") from None
     if not isinstance(checkpoint, dict) or "model" not in checkpoint.get("hyper_parameters", {}):

@@ -18,10 +18,17 @@ from omegaconf import DictConfig, OmegaConf
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-from .callbacks import AtomicCheckpointIO, LastCheckpoint, PositionalFigures, ProgressBar, RNGStateInCheckpoint
+from .callbacks import (
+    AtomicCheckpointIO,
+    EveryEpochTest,
+    LastCheckpoint,
+    PositionalFigures,
+    ProgressBar,
+    RNGStateInCheckpoint,
+)
 from .data import ImageDataModule
 from .errors import ConfigError, VitposError
-from .model import VisionTransformer, image_size
+from .model import MODEL_DEFAULTS, VisionTransformer, image_size
 from .module import ImageClassifier
 from .precision import resolve_precision
 from .resize import model_from_checkpoint, read_checkpoint
@@ -76,6 +83,7 @@ SCALARS_LAYOUT = {
         "validation accuracy (every run)": ["Multiline", [r"^val/acc$"]],
         "best validation accuracy": ["Multiline", [r"^val/acc_best$"]],
         "test accuracy": ["Multiline", [r"^test/acc$"]],
+        "test accuracy after every epoch (test_every_epoch=true; not held out)": ["Multiline", [r"^test_each_epoch/"]],
         "accuracy vs resolution (x = image height, from vitpos.evaluate)": ["Multiline", [r"^resolution/"]],
     },
     "2 training": {
@@ -130,7 +138,7 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
         path = candidates[-1]
     else:
         path = Path(str(cfg.resume))
-    saved = read_checkpoint(path)["hyper_parameters"]["model"]
+    saved = {**MODEL_DEFAULTS, **read_checkpoint(path)["hyper_parameters"]["model"]}  # keys it predates: defaults
     changed = {k: (saved.get(k), v) for k, v in module.hparams["model"].items() if saved.get(k) != v}
     if changed:
         diff = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in changed.items())
@@ -214,9 +222,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
     checkpoint_dir = Path(logger.log_dir) / "checkpoints"
     best = ModelCheckpoint(dirpath=checkpoint_dir, filename="best-epoch{epoch}-step{step}", monitor="val/acc",
                            mode="max", auto_insert_metric_name=False)
-    callbacks = [best, LastCheckpoint(checkpoint_dir / "last.ckpt", cfg.checkpoint_every_n_steps), RNGStateInCheckpoint(),
-                 ThroughputMonitor(batch_size_fn=batch_size, window_size=10),
+    callbacks = [best, LastCheckpoint(checkpoint_dir / "last.ckpt", cfg.checkpoint_every_n_steps),
+                 RNGStateInCheckpoint(), ThroughputMonitor(batch_size_fn=batch_size, window_size=10),
                  *([PositionalFigures()] if cfg.get("figures_at_end", True) else []),
+                 *([EveryEpochTest()] if cfg.get("test_every_epoch") else []),
                  *([ProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []),
                  *(hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
@@ -235,8 +244,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
         log_hparams(logger, hparams_row(cfg, module, datamodule, trained_size))
         OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
         grid = "x".join(map(str, module.model.grid))
-        print(f"vitpos: run {logger.log_dir} | pos={cfg.pos.name} | {grid} grid ({size_tag(module.model.config['img_size'])}, "
-              f"patch {module.model.patch_size}){' | training sizes ' + sizes_tag(datamodule.train_img_sizes) if mixed else ''} | data={datamodule.name}{' from ' + datamodule.source if datamodule.source else ''} ({len(datamodule.train_set)} train, "
+        size_note = " | training sizes " + sizes_tag(datamodule.train_img_sizes) if mixed else ""
+        source_note = " from " + datamodule.source if datamodule.source else ""
+        print(f"vitpos: run {logger.log_dir} | pos={cfg.pos.name} | {grid} grid "
+              f"({size_tag(module.model.config['img_size'])}, patch {module.model.patch_size}){size_note} | "
+              f"data={datamodule.name}{source_note} ({len(datamodule.train_set)} train, "
               f"{len(datamodule.val_set)} val) | precision {trainer_cfg['precision']}", flush=True)
 
     started = time.perf_counter()
@@ -281,6 +293,8 @@ def summary(cfg: DictConfig, metrics: dict, images_seen: int) -> str:
         *([f"  figures      {run / 'figures'}"] if (run / "figures").is_dir() else []),
         "  next:",
         f"    python -m vitpos.evaluate ckpt={run} img_sizes={sizes}",
+        f"    python train.py experiment={cfg.finetune_recipe} pos={cfg.pos.name} finetune_from={metrics['checkpoint']}"
+        if cfg.get("finetune_recipe") else
         f"    python train.py pos={cfg.pos.name} img_size={bigger} finetune_from={metrics['checkpoint']}",
         f"    python -m vitpos.compare {root}",
         f"    tensorboard --logdir {root}",

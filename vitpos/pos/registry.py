@@ -1,7 +1,8 @@
 """Name -> class registry for positional schemes (the names `pos=` accepts)."""
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from ..errors import ConfigError
 from .base import PositionalEncoding
