@@ -92,3 +92,21 @@ def test_truncated_idx_file_names_the_file(cut, tmp_path):
 def test_create_model_refuses_a_size_that_is_no_grid(img_size):
     with pytest.raises(VitposError, match="must be a positive integer"):
         vitpos.create_model("none", img_size=img_size)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"_target_": "vitpos.data.ImageFolderDataModule", "root": None}, "data=image_folder needs data.root="),
+    ({"_target_": "vitpos.data.SyntheticDataModule", "augment": "foo"}, "data.augment='foo' is not one of"),
+])
+def test_evaluate_reports_a_bad_data_config_of_the_checkpoint_as_one_line(data, message, capsys, tmp_path):
+    """The CLIs build the datamodule through the same unwrapper as training: the constructor's
+    own message, not Hydra's InstantiationException."""
+    import torch
+
+    model = vitpos.create_model("none", img_size=16, num_classes=4, in_chans=3, dim=32, depth=1, num_heads=2)
+    path = tmp_path / "best.ckpt"
+    torch.save({"hyper_parameters": {"model": model.config, "data": data},
+                "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, path)
+    assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1

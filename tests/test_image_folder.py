@@ -155,6 +155,15 @@ def test_a_file_that_is_no_archive_is_named(tmp_path):
         load_image_tree(tmp_path / "photos.tar.gz", None, (8, 8))
 
 
+def test_an_archive_cut_short_is_named(tmp_path):
+    write_tree(tmp_path / "photos", COUNTS)
+    whole = archive(tmp_path / "photos", tmp_path / "photos.tar.gz").read_bytes()
+    (tmp_path / "photos.tar.gz").write_bytes(whole[: len(whole) // 2])  # an interrupted download
+    with pytest.raises(VitposError, match="photos.tar.gz is truncated or corrupt") as error:
+        load_image_tree(tmp_path / "photos.tar.gz", None, (8, 8))
+    assert "\n" not in str(error.value)
+
+
 def cifar10_tree(root: Path, per_class: int = 2) -> Path:
     write_tree(root, {"train": dict.fromkeys(CIFAR10_CLASSES, per_class), "test": dict.fromkeys(CIFAR10_CLASSES, 1)},
                suffix=".jpg", size=(32, 32))

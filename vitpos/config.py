@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import ConfigError
+from .errors import ConfigError, VitposError
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # packaged with vitpos (pip install . keeps it)
 
@@ -17,6 +17,20 @@ def compose_train_config(overrides: list[str] = ()):
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=list(overrides))
+
+
+def instantiate(config, **kwargs):
+    """`hydra.utils.instantiate`, re-raising a user error from the target as itself (Hydra wraps
+    it in an InstantiationException with a traceback); every CLI builds objects through it."""
+    import hydra
+    from hydra.errors import InstantiationException
+
+    try:
+        return hydra.utils.instantiate(config, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, VitposError):
+            raise error.__cause__ from None
+        raise
 
 
 def data_config(name: str) -> dict:

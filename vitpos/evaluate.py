@@ -19,12 +19,11 @@ import csv
 import sys
 from pathlib import Path
 
-import hydra
 import torch
 from omegaconf import OmegaConf
 from torchmetrics.classification import MulticlassAccuracy
 
-from .config import data_config, parse_options
+from .config import data_config, instantiate, parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import image_size
@@ -72,7 +71,7 @@ def evaluate(ckpt, img_sizes, resize_mode=None, split="test", limit=None, batch_
         if not data_cfg:
             raise ConfigError(f"{path} records no data config; pass data=<name of configs/data/*.yaml>")
         data_cfg = dict(data_cfg, batch_size=batch_size, **({"data_dir": data_dir} if data_dir else {}))
-        datamodule = hydra.utils.instantiate(data_cfg)
+        datamodule = instantiate(data_cfg)
         datamodule.setup()
         trained = checkpoint["hyper_parameters"]["model"]
         writer = _tensorboard_writer(path)

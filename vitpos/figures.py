@@ -31,11 +31,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import hydra
 import torch
 from omegaconf import OmegaConf
 
-from .config import data_config, parse_options
+from .config import data_config, instantiate, parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_ARGS, create_model
@@ -58,11 +57,11 @@ def figures_from_options(options) -> tuple[dict, Path]:
         data_cfg = data_config(options.data) if options.data else checkpoint["hyper_parameters"].get("data")
         if not data_cfg:
             raise ConfigError(f"{path} records no data config; pass data=<name of configs/data/*.yaml>")
-        datamodule = hydra.utils.instantiate(dict(data_cfg, img_size=model.config["img_size"], **data_dir))
+        datamodule = instantiate(dict(data_cfg, img_size=model.config["img_size"], **data_dir))
         run = run_dir(path)
         default_out = run / "figures" if run else Path("logs/figures") / model.config["pos"]
     elif options.pos:
-        datamodule = hydra.utils.instantiate(dict(data_config(options.data or "synthetic"), img_size=options.img_size,
+        datamodule = instantiate(dict(data_config(options.data or "synthetic"), img_size=options.img_size,
                                                   **data_dir))
         model_args = {k: v for k, v in OmegaConf.to_container(options).items() if k in MODEL_ARGS}
         model_args = {"in_chans": datamodule.in_chans, "num_classes": datamodule.num_classes, **model_args}

@@ -10,11 +10,14 @@ instead of decoding; a file lock makes one process build while the others wait.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import lzma
 import os
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -58,7 +61,7 @@ class TreeFile:
     split: str   # "train" or "test"
     label: str   # class folder name
     name: str    # path inside the source, for messages
-    key: object  # what `Source.read` needs to return the bytes
+    key: object  # what `Source.read_all` needs to return the bytes
 
 
 class Source:
@@ -76,6 +79,10 @@ class Source:
 
     def members(self) -> list[tuple[str, object, bool]]:
         """(posix path relative to the root, read key, is a folder) of every entry."""
+        with self.reading():
+            return self._members()
+
+    def _members(self) -> list[tuple[str, object, bool]]:
         if self.kind == "folder":
             entries = []
             for folder, dirs, files in os.walk(self.root):
@@ -93,6 +100,10 @@ class Source:
 
     def read_all(self, files: list[TreeFile]) -> list[bytes]:
         """The bytes of `files`, in their order (archives are read in one pass)."""
+        with self.reading():
+            return self._read_all(files)
+
+    def _read_all(self, files: list[TreeFile]) -> list[bytes]:
         if self.kind == "folder":
             return [Path(f.key).read_bytes() for f in files]
         wanted = {f.key: i for i, f in enumerate(files)}
@@ -107,6 +118,15 @@ class Source:
                     if member.name in wanted:
                         data[wanted[member.name]] = archive.extractfile(member).read()
         return data
+
+    @contextlib.contextmanager
+    def reading(self):
+        """An archive cut short or damaged is a user error naming it, not a traceback."""
+        try:
+            yield
+        except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError) as error:
+            raise ConfigError(f"data.root={self.root} is truncated or corrupt ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0] if str(error) else 'no detail'}); fetch it again") from None
 
     def fingerprint(self) -> str:
         """A hash of the source's path, size and mtime (each file's, for a folder)."""

@@ -8,9 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import hydra
 import lightning as L
-from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -26,8 +24,9 @@ from .callbacks import (
     ProgressBar,
     RNGStateInCheckpoint,
 )
+from .config import instantiate
 from .data import ImageDataModule
-from .errors import ConfigError, VitposError
+from .errors import ConfigError
 from .model import MODEL_DEFAULTS, VisionTransformer, image_size
 from .module import ImageClassifier
 from .precision import resolve_precision
@@ -167,17 +166,6 @@ def remove_run_folder(version_dir: Path) -> None:
         version_dir.parent.rmdir()
 
 
-def instantiate(config, **kwargs):
-    """`hydra.utils.instantiate`, re-raising a user error from the target as itself (Hydra wraps
-    it in an InstantiationException with a traceback)."""
-    try:
-        return hydra.utils.instantiate(config, **kwargs)
-    except InstantiationException as error:
-        if isinstance(error.__cause__, VitposError):
-            raise error.__cause__ from None
-        raise
-
-
 def to_container(value):
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
@@ -227,15 +215,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
                  *([PositionalFigures()] if cfg.get("figures_at_end", True) else []),
                  *([EveryEpochTest()] if cfg.get("test_every_epoch") else []),
                  *([ProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []),
-                 *(hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
+                 *(instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),
                                                  trainer_cfg.get("accelerator", "auto"))
     if trainer_cfg.get("use_distributed_sampler"):
         raise ConfigError("trainer.use_distributed_sampler must stay false: vitpos shards the data itself "
                           "(vitpos.data.ShardedSampler), which keeps resumption exact and counts no sample twice")
-    trainer: L.Trainer = hydra.utils.instantiate(trainer_cfg, logger=logger, callbacks=callbacks,
-                                                 plugins=[AtomicCheckpointIO()])
+    trainer: L.Trainer = instantiate(trainer_cfg, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
     if trainer.local_rank == 0:
         datamodule.prepare_data()  # fail on missing data before a run folder is created
     datamodule.setup("fit")  # ... and on a split that cannot fill one batch
