@@ -12,7 +12,7 @@ import sys
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from vitpos.compare import compare, epoch_curves, group_runs, transfer_curves
+from vitpos.compare import compare, epoch_curves, group_runs, model_key, transfer_curves
 from vitpos.runs import RESULTS_FILE
 from vitpos.train import train
 
@@ -137,3 +137,9 @@ def test_images_per_second_counts_every_rank(three_runs, tmp_path):
         compare(run.parents[1], out=tmp_path / f"out{ranks}")
         with open(tmp_path / f"out{ranks}" / "runs.csv") as f:
             assert [row["images_per_s"] for row in csv.DictReader(f)] == [str(100 * ranks)]
+
+
+def test_a_run_saved_before_a_model_argument_existed_groups_with_its_default():
+    older = {"dim": 128, "depth": 6}  # no drop_rate: built with its default, 0.0
+    assert model_key(older) == model_key({**older, "drop_rate": 0.0})
+    assert model_key(older) != model_key({**older, "drop_rate": 0.1})

@@ -29,6 +29,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from .config import parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
+from .model import MODEL_DEFAULTS
 from .plots import pyplot
 from .runs import RESULTS_FILE, sizes_tag
 
@@ -77,7 +78,8 @@ def summarize(run: Path, root: Path) -> dict:
         data=get_class(config["data"]["_target_"]).name,
         img_size=size if isinstance(size, int) else "x".join(map(str, size)),
         train_sizes=sizes_tag(config["train_img_sizes"]) if config.get("train_img_sizes") else "-",
-        finetuned_from=hparams.get("finetuned_from", ""), model=hparams.get("model", ""), lr=config["optim"]["lr"],
+        finetuned_from=hparams.get("finetuned_from", ""), model=model_key(hparams.get("model", "")),
+        lr=config["optim"]["lr"],
         batch_size=config["data"]["batch_size"], epochs=config["trainer"]["max_epochs"],
         seed=config["seed"], params=results.get("params", hparams.get("params", "")),
         val_acc_best=round(max(val_acc), 4) if val_acc else "",
@@ -95,6 +97,12 @@ def summarize(run: Path, root: Path) -> dict:
         for height, acc in sorted(latest.items()):
             row[transfer_column(height, mode)] = round(acc, 4)
     return row
+
+
+def model_key(model) -> str:
+    """The architecture as a group key: a run saved before a model argument existed was built
+    with its default, so it groups with the runs that name that default."""
+    return str({**MODEL_DEFAULTS, **model}) if isinstance(model, dict) else str(model)
 
 
 def group_runs(rows: list[dict]) -> list[dict]:
