@@ -61,7 +61,7 @@ class TreeFile:
     split: str   # "train" or "test"
     label: str   # class folder name
     name: str    # path inside the source, for messages
-    key: object  # what `Source.read_all` needs to return the bytes
+    key: object  # what `Source.read_all` needs to return the bytes (a path, a zip name, a tar's bytes)
 
 
 class Source:
@@ -94,30 +94,22 @@ class Source:
         if self.kind == "zip":
             with zipfile.ZipFile(self.root) as archive:
                 return [(info.filename.rstrip("/"), info.filename, info.is_dir()) for info in archive.infolist()]
-        with tarfile.open(self.root) as archive:
-            return [(member.name, member.name, member.isdir()) for member in archive
-                    if member.isdir() or member.isfile()]
+        with tarfile.open(self.root) as archive:  # a compressed tar reads in one pass: keep the bytes now
+            return [(member.name, archive.extractfile(member).read() if member.isfile() else None, member.isdir())
+                    for member in archive if member.isdir() or member.isfile()]
 
     def read_all(self, files: list[TreeFile]) -> list[bytes]:
-        """The bytes of `files`, in their order (archives are read in one pass)."""
+        """The bytes of `files`, in their order."""
         with self.reading():
             return self._read_all(files)
 
     def _read_all(self, files: list[TreeFile]) -> list[bytes]:
         if self.kind == "folder":
             return [Path(f.key).read_bytes() for f in files]
-        wanted = {f.key: i for i, f in enumerate(files)}
-        data: list[bytes | None] = [None] * len(files)
         if self.kind == "zip":
             with zipfile.ZipFile(self.root) as archive:
-                for key, i in wanted.items():
-                    data[i] = archive.read(key)
-        else:
-            with tarfile.open(self.root) as archive:
-                for member in archive:
-                    if member.name in wanted:
-                        data[wanted[member.name]] = archive.extractfile(member).read()
-        return data
+                return [archive.read(f.key) for f in files]
+        return [f.key for f in files]  # a tar's bytes, read with its listing
 
     @contextlib.contextmanager
     def reading(self):
@@ -233,12 +225,13 @@ def build(source: Source, size: tuple[int, int]) -> ImageSplits:
     images = decode(files, source.read_all(files), size, f"data.root={source.root}")
     labels = torch.tensor([index[f.label] for f in files], dtype=torch.int64)
     is_train = torch.tensor([f.split == "train" for f in files])
-    train = images[is_train].float().div_(255)
-    mean = tuple(train.mean(dim=(0, 2, 3)).tolist())
-    std = tuple(train.std(dim=(0, 2, 3)).tolist())
+    train_images = images[is_train].contiguous()
+    pixels = train_images.float().div_(255)
+    mean = tuple(pixels.mean(dim=(0, 2, 3)).tolist())
+    std = tuple(pixels.std(dim=(0, 2, 3)).tolist())
     lossy = any(f.name.lower().endswith((".jpg", ".jpeg")) for f in files)
     described = f"image {'folder' if source.kind == 'folder' else 'archive'} {source.root.resolve()}"
-    return ImageSplits(images[is_train].contiguous(), labels[is_train], images[~is_train].contiguous(),
+    return ImageSplits(train_images, labels[is_train], images[~is_train].contiguous(),
                        labels[~is_train], classes, mean, std, described + (" (JPEG: lossy)" if lossy else ""))
 
 
