@@ -51,10 +51,12 @@ QUIET="trainer.enable_progress_bar=false figures_at_end=false"
 
 # a finished run: results.json and its best checkpoint (a run whose checkpoint is gone is trained again)
 finished() { compgen -G "$1/version_*/results.json" > /dev/null && compgen -G "$1/version_*/checkpoints/best-*.ckpt" > /dev/null; }
-latest() { ls -d "$1"/version_* 2> /dev/null | sort -t_ -k2 -n | tail -n 1; }
+latest() { ls -d "$1"/version_* 2> /dev/null | sort -V | tail -n 1; }
 # continue an interrupted run (its newest version has last.ckpt and no results.json) instead of restarting it
 resume_arg() { local v; v=$(latest "$1"); [ -n "$v" ] && [ -f "$v/checkpoints/last.ckpt" ] && [ ! -f "$v/results.json" ] && echo resume=true || true; }
-best() { ls "$(dirname "$(ls "$1"/version_*/checkpoints/best-*.ckpt | sort -t_ -k2 -n | tail -n 1)")"/best-*.ckpt | head -n 1; }
+# the newest best checkpoint of the newest version (a best file is written only when validation improves;
+# an interrupted run can leave an earlier one behind); sort -V orders version_9 < version_10, epoch9 < epoch12
+best() { ls "$1"/version_*/checkpoints/best-*.ckpt | sort -V | tail -n 1; }
 say() { echo "[study $(date +%H:%M:%S)] $*"; }
 
 evaluate() {  # run folder, scheme[, sizes, output prefix, modes]: no-fine-tune transfer, logged into the run's TensorBoard

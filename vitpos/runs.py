@@ -2,6 +2,7 @@
 `config.yaml`, `hparams.yaml`, event files, `checkpoints/` and, once finished, `results.json`."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .errors import ConfigError
@@ -33,15 +34,29 @@ def run_label(checkpoint: Path) -> str:
     return f"{run.parent.name}/{run.name}" if run else Path(checkpoint).stem
 
 
+def checkpoint_step(path: Path) -> int:
+    """The optimizer step in a checkpoint's name (`best-epoch12-step4563.ckpt` -> 4563), -1 if none."""
+    found = re.search(r"step(\d+)", Path(path).stem)
+    return int(found.group(1)) if found else -1
+
+
+def best_checkpoint(checkpoints_dir: Path) -> Path:
+    """The best-*.ckpt of a run's checkpoints folder (last.ckpt when it has none). A best checkpoint
+    is written only when validation improves, so the one of the latest step is the best, also when
+    an interrupted run left an earlier one behind; names sort wrongly as text (epoch9 > epoch12)."""
+    folder = Path(checkpoints_dir)
+    return max(folder.glob("best-*.ckpt"), key=checkpoint_step, default=folder / "last.ckpt")
+
+
 def find_checkpoints(spec) -> list[Path]:
     """Checkpoint files named by `spec` (a path or a list of paths): files, or folders searched for
-    best-*.ckpt (last.ckpt where a run folder has no best checkpoint)."""
+    the best checkpoint of every run (`best_checkpoint`)."""
     paths = []
     for item in [spec] if isinstance(spec, (str, Path)) else list(spec):
         item = Path(item).expanduser()
         if item.is_dir():
             runs = sorted({p.parent for p in item.rglob("*.ckpt")})
-            paths += [min(run.glob("best-*.ckpt"), default=run / "last.ckpt") for run in runs]
+            paths += [best_checkpoint(run) for run in runs]
         else:
             paths.append(item)  # read_checkpoint says clearly when it is missing
     if not paths:
