@@ -6,9 +6,13 @@
 #   bash scripts/study.sh mixed      # (fmnist) MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES
 #                                    # (one size per step), evaluated at 20/28/44/56 px in the scheme's
 #                                    # default resize mode; their single-size twins (from `runs`) at 20 px
+#   bash scripts/study.sh fuzzy      # FUZZY_SCHEMES x SEEDS trained with fuzzy positions (pos.fuzzy=true),
+#                                    # evaluated as `runs` evaluates
+#   bash scripts/study.sh extrapolation  # every finished run of `runs` and `fuzzy` at EXTRAP_SIZES (1x..3x) with
+#                                    # every resize mode of its scheme, each without and with attn_temperature=log
 #   bash scripts/study.sh tables     # docs/results/<study>*/ from the logs, and the logs' light files
 #                                    # (no checkpoints) archived to docs/results/study_logs/
-#   bash scripts/study.sh all        # runs, finetune, tables
+#   bash scripts/study.sh all        # seed by seed: runs, fuzzy, extrapolation, finetune; then tables
 # DATASET picks the study:
 #   cifar10 (default)  experiment=cifar10_study at 32 px, evaluated at 32/48/64 px, fine-tuned at 64 px;
 #                      reads CIFAR-10 from CIFAR10_ROOT (data.root: an archive, folder or image tree of it)
@@ -27,12 +31,14 @@ case $DATASET in
     SCHEMES=${SCHEMES:-none,1d_learned,2d_learned,2d_sin,rel_bias,rel_shaw,cpb,rope_axial,rope_mixed,cpe}
     EXPERIMENT=cifar10_study; FT_EXPERIMENT=cifar10_finetune; RUN_TAG=cifar10_32px; FT_TAG=cifar10_64px_from_32px
     SIZES="[32,48,64]"    # 1x (8x8 grid), 1.5x (12x12), 2x (16x16)
+    EXTRAP_SIZES="[32,48,64,96]"    # 1x, 1.5x, 2x, 3x (24x24)
     LOGS=${LOGS:-$HOME/vitpos-study}
     DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
   fmnist)
     SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
     EXPERIMENT=fmnist_cpu; FT_EXPERIMENT=fmnist_finetune; RUN_TAG=fashion_mnist_28px; FT_TAG=fashion_mnist_56px_from_28px
     SIZES="[28,44,56]"    # 1x (7x7 grid), 1.57x (11x11: 42 px is no multiple of the patch), 2x (14x14)
+    EXTRAP_SIZES="[28,44,56,84]"    # 1x, 1.57x, 2x, 3x
     LOGS=${LOGS:-logs}
     DATA_ARGS= ;;
   *) echo "error: DATASET=$DATASET is not a study; use DATASET=cifar10 or DATASET=fmnist" >&2; exit 2 ;;
@@ -40,6 +46,7 @@ esac
 SEEDS=${SEEDS:-0,1,2}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
+FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
 # 0.71x..1.57x of 28 px, and the same extended to 2x; tokens per step capped at a 28 px step's (batch_by_tokens)
 MIXED_SIZES=${MIXED_SIZES:-"[20,28,36,44] [20,28,36,44,56]"}
 MIXED_EVAL="[20,28,44,56]"    # 0.71x, 1x, 1.57x, 2x
@@ -82,6 +89,49 @@ runs() {
           $(resume_arg "$run")
       fi
       evaluate "$run" "$pos"
+    done
+  done
+}
+
+fuzzy() {
+  local seed pos run
+  for seed in ${SEEDS//,/ }; do
+    for pos in ${FUZZY_SCHEMES//,/ }; do
+      run=$STUDY/${pos}_fuzzy_${RUN_TAG}_seed$seed
+      if ! finished "$run"; then
+        say "train $run"
+        python train.py experiment=$EXPERIMENT pos="$pos" pos.fuzzy=true seed="$seed" paths.log_dir="$LOGS" \
+          $DATA_ARGS $QUIET $(resume_arg "$run")
+      fi
+      evaluate "$run" "$pos"
+    done
+  done
+}
+
+extrapolation() {  # each conversion into <version>/extrapolation/<mode>[_tlog]/ (TensorBoard: resolution/test_acc[_<mode>][_tlog])
+  local seed pos run version mode temperature label
+  declare -A modes    # every scheme's resize modes, asked once
+  eval "$(python - << 'EOF'
+from vitpos.pos import get_pos_class, list_pos
+for name in list_pos():
+    print(f'modes[{name}]="{" ".join(get_pos_class(name).resize_modes)}"')
+EOF
+)"
+  for seed in ${SEEDS//,/ }; do
+    for run in $(for pos in ${SCHEMES//,/ }; do echo "$STUDY/${pos}_${RUN_TAG}_seed$seed"; done) \
+               $(for pos in ${FUZZY_SCHEMES//,/ }; do echo "$STUDY/${pos}_fuzzy_${RUN_TAG}_seed$seed"; done); do
+      finished "$run" || continue
+      pos=$(basename "$run"); pos=${pos%%_fuzzy_*}; pos=${pos%%_${RUN_TAG}_*}
+      version=$(dirname "$(dirname "$(best "$run")")")
+      for mode in ${modes[$pos]:-default}; do    # default: a scheme with nothing to resize
+        for temperature in none log; do
+          label=$mode$([ $temperature = log ] && echo _tlog || true)
+          [ -f "$version/extrapolation/$label/resolution.csv" ] && continue
+          say "extrapolate $version ($label, $EXTRAP_SIZES)"
+          python -m vitpos.evaluate ckpt="$(best "$run")" img_sizes="$EXTRAP_SIZES" attn_temperature=$temperature \
+            out="$version/extrapolation/$label" $([ $mode = default ] || echo resize_mode=$mode)
+        done
+      done
     done
   done
 }
@@ -139,6 +189,9 @@ case ${1:-all} in
   finetune) finetune ;;
   mixed) mixed ;;
   tables) tables ;;
-  all) runs; finetune; tables ;;
-  *) echo "error: unknown step '${1}'; use one of runs, finetune, mixed, tables, all" >&2; exit 2 ;;
+  fuzzy) fuzzy ;;
+  extrapolation) extrapolation ;;
+  all) for seed in ${SEEDS//,/ }; do SEEDS=$seed FINETUNE_SEEDS=$seed; runs; fuzzy; extrapolation; finetune; done; tables ;;
+  *) echo "error: unknown step '${1}'; use one of runs, finetune, fuzzy, extrapolation, mixed, tables, all" >&2
+     exit 2 ;;
 esac

@@ -12,7 +12,15 @@ import sys
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from vitpos.compare import compare, epoch_curves, group_runs, model_key, transfer_curves
+from vitpos.compare import (
+    compare,
+    epoch_curves,
+    extrapolation_curves,
+    extrapolation_table,
+    group_runs,
+    model_key,
+    transfer_curves,
+)
 from vitpos.runs import RESULTS_FILE
 from vitpos.train import train
 
@@ -75,6 +83,29 @@ def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
     mixed = by_label["trained at 20-28-36-44px (n=1)"]
     assert mixed["means"] == pytest.approx([0.8, 0.78]) and mixed["stds"] == [0.0, 0.0]  # n = 1: no spread
     assert single["setting"] == interpolated["setting"] == "trained at 28px" != mixed["setting"]  # one colour each
+
+
+def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_best():
+    def at(ntk32, ntk64, tlog64):
+        return {"test_acc@32px/ntk": ntk32, "test_acc@64px/ntk": ntk64, "test_acc@32px/ntk_tlog": ntk32,
+                "test_acc@64px/ntk_tlog": tlog64}
+    rows = group_runs([run_row("2d_sin", 0, 0.8, **at(0.8, 0.5, 0.6)), run_row("2d_sin", 1, 0.9, **at(0.9, 0.7, 0.8)),
+                       run_row("2d_sin+fuzzy", 0, 0.8, **at(0.8, 0.75, 0.5)),
+                       run_row("none", 0, 0.6, **{"test_acc@32px": 0.6, "test_acc@64px": 0.3,
+                                                  "test_acc@32px/tlog": 0.6, "test_acc@64px/tlog": 0.35}),
+                       run_row("cpe", 0, 0.7, **{"test_acc@32px": 0.7, "test_acc@64px": 0.4})])  # no temperature
+    curves = extrapolation_curves(rows)
+    assert set(curves) == {"2d_sin", "none"}
+    by_key = {(c["fuzzy"], c["mode"], c["temperature"]): c for c in curves["2d_sin"]}
+    assert set(by_key) == {(False, "ntk", "none"), (False, "ntk", "log"), (True, "ntk", "none"), (True, "ntk", "log")}
+    assert by_key[False, "ntk", "log"]["means"] == pytest.approx([0.85, 0.7]) and by_key[False, "ntk", "log"]["n"] == 2
+    assert {(c["mode"], c["temperature"]) for c in curves["none"]} == {("", "none"), ("", "log")}
+    table = extrapolation_table(curves).splitlines()
+    assert table[0] == "| scheme | trained | conversion | n | 32px | 64px |"
+    # ties are all bold
+    assert "| 2d_sin | exact | ntk + log temperature | 2 | **85.00 ± 7.07** | 70.00 ± 14.14 |" in table
+    assert "| 2d_sin | fuzzy | ntk | 1 | 80.00 | **75.00** |" in table  # the best of 2d_sin at 64 px
+    assert "| none | exact | its rule + log temperature | 1 | **60.00** | **35.00** |" in table
 
 
 @pytest.fixture

@@ -343,7 +343,7 @@ def test_rel_shaw_any_grid_uses_the_same_tables():
     assert logits.shape == (2, 10) and torch.isfinite(logits).all()
     model.resize((48, 64))
     assert model.grid == model.pos.grid == (12, 16)
-    assert model.config["pos_kwargs"] == {"max_distance": 2}
+    assert model.config["pos_kwargs"] == {"max_distance": 2, "fuzzy": False}
     assert model.state_dict().keys() == state.keys()
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     with torch.no_grad():

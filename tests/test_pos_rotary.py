@@ -11,7 +11,7 @@ from timm.layers.pos_embed_sincos import apply_rot_embed
 
 import vitpos
 from vitpos import ConfigError
-from vitpos.pos import create_pos
+from vitpos.pos import create_pos, get_pos_class
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,7 +30,7 @@ def rotated_scores(pos, layer, grid, seed=0):
     return (q_rot @ k_rot.transpose(-2, -1))[0]  # (heads, N, N)
 
 
-@pytest.mark.parametrize("mode", ["extrapolate", "interpolate"])
+@pytest.mark.parametrize("mode", get_pos_class("rope_axial").resize_modes)
 @pytest.mark.parametrize("grid", [(3, 5), (4, 7)], ids=["built-grid", "other-grid"])
 @pytest.mark.parametrize("pos", ROPES)
 def test_rope_scores_depend_only_on_the_2d_offset(pos, grid, mode):

@@ -438,6 +438,36 @@ def test_evaluate_writes_table_csv_plot_and_tensorboard(real_run_copy, tmp_path)
     assert [row["acc"] for row in cli_rows] == [row["acc"] for row in rows]
 
 
+def test_evaluate_best_chooses_on_validation_and_tests_only_the_choice(scheme_ckpts, tmp_path, monkeypatch):
+    """resize_mode=best: every (mode, temperature) pair is scored on the validation split, and only
+    the winner is evaluated on the test split, whose numbers cannot change the choice."""
+    val_scores = {"extrapolate": 0.1, "interpolate": 0.3, "ntk": 0.2, "yarn": 0.25}
+    test_calls = []
+
+    def fake_accuracy(model, datamodule, split, device, limit):
+        mode, temperature = model.config["pos_kwargs"]["resize_mode"], model.config["attn_temperature"]
+        if split == "val":
+            return val_scores[mode] + (0.01 if temperature == "log" else 0.0)
+        test_calls.append((datamodule.img_size, mode, temperature))
+        return 0.9 if mode == "extrapolate" else 0.5  # the test split would prefer another conversion
+
+    monkeypatch.setattr("vitpos.evaluate.accuracy", fake_accuracy)
+    out = tmp_path / "eval"
+    assert evaluate_main([f"ckpt={scheme_ckpts['2d_sin']}", "img_sizes=[32,48]", "resize_mode=best",
+                          "batch_size=64", f"out={out}"]) == 0
+    assert test_calls == [((32, 32), "interpolate", "log"), ((48, 48), "interpolate", "log")]
+    rows = read_csv(out / "resolution.csv")
+    assert [(r["resize_mode"], r["attn_temperature"], r["chosen_on"], r["acc"]) for r in rows] == \
+        [("interpolate", "log", "val", "0.5")] * 2
+
+
+def test_load_model_with_a_temperature_measures_it_from_the_training_size(scheme_ckpts):
+    model = load_model(scheme_ckpts["rope_axial"], img_size=64, attn_temperature="log")
+    assert model.config["attn_temperature"] == "log" and model.config["temperature_ref_size"] == [32, 32]
+    assert model.temperature(model.grid) == pytest.approx(math.log(16 * 16) / math.log(8 * 8))
+    assert load_model(scheme_ckpts["rope_axial"], img_size=64).temperature(model.grid) == 1.0
+
+
 def test_evaluate_cli_missing_checkpoint_is_one_error_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "vitpos.evaluate", "ckpt=/nonexistent"], cwd=tmp_path,
                             capture_output=True, text=True, env=subprocess_env(), timeout=300)

@@ -92,6 +92,26 @@ def test_mixed_resolution_run_resumes_bit_identically(tmp_path):
 
 
 @pytest.mark.slow
+def test_fuzzy_positions_resume_bit_identically(tmp_path):
+    """Fuzzy offsets come from the training RNG, which the checkpoint restores: a resumed fuzzy run
+    ends with the uninterrupted run's weights (which differ from a run without fuzzy positions)."""
+    fuzzy = ["pos=rope_mixed", "pos.fuzzy=true"]
+    full = train_py(tmp_path, "run_name=fuzzy_full", *fuzzy)
+    assert full.returncode == 0, full.stderr[-2000:]
+    first = train_py(tmp_path, "run_name=fuzzy_cut", *fuzzy, "+callbacks.stop._target_=interrupt.InterruptAtStep",
+                     "+callbacks.stop.step=6")
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = train_py(tmp_path, "run_name=fuzzy_cut", "resume=true", *fuzzy)
+    assert second.returncode == 0, second.stderr[-2000:]
+    exact = train_py(tmp_path, "run_name=exact", "pos=rope_mixed")
+    assert exact.returncode == 0, exact.stderr[-2000:]
+    (_, full_weights), (step, resumed_weights) = final_state(tmp_path, "fuzzy_full"), final_state(tmp_path, "fuzzy_cut")
+    assert step == 12 and all(torch.equal(full_weights[k], resumed_weights[k]) for k in full_weights)
+    _, exact_weights = final_state(tmp_path, "exact")
+    assert not torch.equal(exact_weights["model.pos.freqs"], full_weights["model.pos.freqs"])
+
+
+@pytest.mark.slow
 def test_fresh_run_never_resumes_and_resume_needs_a_checkpoint(uninterrupted):
     cwd = uninterrupted[0]
     result = train_py(cwd, "run_name=full", "trainer.max_steps=2")

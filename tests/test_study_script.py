@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 FAKE_PYTHON = r"""#!/usr/bin/env bash
+[ "$1" = - ] && exec "$REAL_PYTHON" "$@"    # the script's questions to vitpos get real answers
 echo "$*" >> "$CALLS"
 declare -A arg
 for word in "$@"; do [[ $word == *=* ]] && arg[${word%%=*}]=${word#*=}; done
 if [ "$1" = train.py ]; then
-  run=${arg[paths.log_dir]}/${arg[experiment]}/${arg[pos]}_cifar10_32px_seed${arg[seed]}
+  fuzzy=$([ "${arg[pos.fuzzy]:-}" = true ] && echo _fuzzy || true)
+  run=${arg[paths.log_dir]}/${arg[experiment]}/${arg[pos]}${fuzzy}_cifar10_32px_seed${arg[seed]}
   if [ -n "${arg[resume]:-}" ]; then version=$(ls -d "$run"/version_* | tail -n 1); else
     version=$run/version_$(ls -d "$run"/version_* 2> /dev/null | wc -l); fi
   mkdir -p "$version/checkpoints" && touch "$version/results.json" "$version/checkpoints/best-epoch1-step9.ckpt"
@@ -30,6 +33,18 @@ def make_run(folder: Path, *files: str) -> None:
         (folder / name).touch()
 
 
+def fake_env(tmp_path: Path, logs: Path, **settings) -> dict:
+    """The environment of a study.sh run whose `python` is FAKE_PYTHON."""
+    fake = tmp_path / "bin" / "python"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake.parent}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls"),
+               REAL_PYTHON=sys.executable, LOGS=str(logs), DATASET="cifar10", **settings)
+    env.pop("CIFAR10_ROOT", None)
+    return env
+
+
 def test_study_skips_finished_steps_resumes_interrupted_runs_and_retrains_lost_checkpoints(tmp_path):
     logs = tmp_path / "study"
     study = logs / "cifar10_study"
@@ -37,13 +52,7 @@ def test_study_skips_finished_steps_resumes_interrupted_runs_and_retrains_lost_c
              "transfer_default/resolution.csv")
     make_run(study / "lost_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/last.ckpt")
     make_run(study / "killed_cifar10_32px_seed0" / "version_0", "checkpoints/last.ckpt")
-    fake = tmp_path / "bin" / "python"
-    fake.parent.mkdir()
-    fake.write_text(FAKE_PYTHON)
-    fake.chmod(0o755)
-    env = dict(os.environ, PATH=f"{fake.parent}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls"),
-               SCHEMES="done,lost,killed", SEEDS="0", LOGS=str(logs), DATASET="cifar10")
-    env.pop("CIFAR10_ROOT", None)
+    env = fake_env(tmp_path, logs, SCHEMES="done,lost,killed", SEEDS="0")
     result = subprocess.run(["bash", "scripts/study.sh", "runs"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
@@ -65,3 +74,35 @@ def test_study_refuses_an_unknown_dataset():
     result = subprocess.run(["bash", "scripts/study.sh", "runs"], cwd=ROOT, capture_output=True, text=True,
                             env=dict(os.environ, DATASET="mnist"))
     assert result.returncode == 2 and result.stderr.startswith("error: DATASET=mnist is not a study")
+
+
+def test_fuzzy_twins_then_every_conversion_of_every_finished_run(tmp_path):
+    logs = tmp_path / "study"
+    study = logs / "cifar10_study"
+    for name in ("2d_sin_cifar10_32px_seed0", "none_cifar10_32px_seed0"):
+        make_run(study / name / "version_0", "results.json", "checkpoints/best-epoch9-step90.ckpt")
+    env = fake_env(tmp_path, logs, SCHEMES="2d_sin,none,cpe", SEEDS="0", FUZZY_SCHEMES="1d_learned")
+    for step in ("fuzzy", "extrapolation"):
+        result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c for c in calls if c.startswith("train.py")] == [
+        f"train.py experiment=cifar10_study pos=1d_learned pos.fuzzy=true seed=0 paths.log_dir={logs} "
+        "trainer.enable_progress_bar=false figures_at_end=false"]
+    conversions = {}
+    for call in calls:
+        if "img_sizes=[32,48,64,96]" in call:
+            run = call.split("ckpt=")[1].split("/version_0")[0].rsplit("/", 1)[1]
+            conversions.setdefault(run, []).append(call.split("out=")[1].split()[0].rsplit("/", 1)[1])
+    # cpe never finished: skipped; every mode of the scheme, each without and with the temperature
+    assert conversions == {
+        "2d_sin_cifar10_32px_seed0": ["extrapolate", "extrapolate_tlog", "interpolate", "interpolate_tlog", "ntk",
+                                      "ntk_tlog", "yarn", "yarn_tlog"],
+        "none_cifar10_32px_seed0": ["default", "default_tlog"],
+        "1d_learned_fuzzy_cifar10_32px_seed0": ["bicubic", "bicubic_tlog", "bilinear", "bilinear_tlog"]}
+    ntk_tlog = next(c for c in calls if c.endswith("/extrapolation/ntk_tlog resize_mode=ntk"))
+    assert "attn_temperature=log" in ntk_tlog
+    before = len(calls)
+    again = subprocess.run(["bash", "scripts/study.sh", "extrapolation"], cwd=ROOT, env=env, capture_output=True,
+                           text=True)
+    assert again.returncode == 0 and len((tmp_path / "calls").read_text().splitlines()) == before  # all done

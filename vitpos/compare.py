@@ -11,7 +11,10 @@ and the resolution-transfer accuracies that `vitpos.evaluate` logged into the ru
 per group, error bars of one std) and, when runs were evaluated at two or more sizes,
 `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
 setting and resize mode) and `epochs.png` (validation accuracy per epoch, one line per group) to
-`out`. A run counts once it has finished (`results.json`).
+`out`; when runs were also evaluated with the attention temperature (`scripts/study.sh
+extrapolation`), `extrapolation.md` (every conversion at every size, the best per scheme and size
+in bold) and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained
+twins in the same panel). A run counts once it has finished (`results.json`).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_DEFAULTS
 from .plots import pyplot
-from .runs import RESULTS_FILE, sizes_tag
+from .runs import RESULTS_FILE, scheme_label, sizes_tag
 
 DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
 GROUP_BY = ("experiment", "pos", "data", "img_size", "train_sizes", "finetuned_from", "model", "lr", "batch_size",
@@ -74,7 +77,7 @@ def summarize(run: Path, root: Path) -> dict:
     speeds = values("train/samples_per_sec") or values("train/device/samples_per_sec")
     size = config["img_size"]
     row = dict(
-        experiment=config.get("experiment") or "-", pos=config["pos"]["name"],
+        experiment=config.get("experiment") or "-", pos=scheme_label(config["pos"]),
         data=get_class(config["data"]["_target_"]).name,
         img_size=size if isinstance(size, int) else "x".join(map(str, size)),
         train_sizes=sizes_tag(config["train_img_sizes"]) if config.get("train_img_sizes") else "-",
@@ -159,6 +162,11 @@ def compare(root: str | Path, data: str | None = None, img_size: int | str | Non
     if curves:
         _transfer_chart(curves, out / "transfer.png")
         written.append(out / "transfer.png")
+    conversions = extrapolation_curves(rows)
+    if conversions:
+        (out / "extrapolation.md").write_text(extrapolation_table(conversions))
+        _extrapolation_chart(conversions, out / "extrapolation.png")
+        written += [out / "extrapolation.md", out / "extrapolation.png"]
     by_epoch = epoch_curves(runs)
     if by_epoch:
         _epoch_chart(by_epoch, out / "epochs.png")
@@ -195,6 +203,61 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
                 label=trained + (f", {mode}" if mode else "") + f" (n={row['n']})", setting=trained, mode=mode,
                 heights=list(heights), means=list(means), stds=list(stds)))
     return curves
+
+
+TEMPERATURE_SUFFIX = "tlog"  # vitpos.evaluate's tag suffix for attn_temperature=log
+
+
+def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
+    """Grouped rows of runs evaluated with the temperature -> {scheme: [curve]}: one curve per
+    training variant (`fuzzy`) and conversion (`mode`: a resize mode or "" for the scheme's only
+    rule; `temperature`: none or log) with its `heights`, `means`, `stds`, `n`; {} when no run has a
+    temperature evaluation. Fuzzy-trained twins are filed under their scheme."""
+    curves: dict[str, list[dict]] = {}
+    for row in rows:
+        points: dict[str, list[tuple[int, float, float]]] = {}
+        for key, mean in row.items():
+            if key.startswith(TRANSFER_PREFIX) and key.endswith("_mean") and mean != "":
+                column = key.removesuffix("_mean")
+                height, mode = parse_transfer_column(column)
+                points.setdefault(mode, []).append((height, mean, row[f"{column}_std"] or 0.0))
+        if not any(mode.endswith(TEMPERATURE_SUFFIX) for mode in points):
+            continue
+        scheme, fuzzy = row["pos"].removesuffix("+fuzzy"), row["pos"].endswith("+fuzzy")
+        for label, mode_points in sorted(points.items()):
+            mode = label.removesuffix(TEMPERATURE_SUFFIX).removesuffix("_")
+            heights, means, stds = zip(*sorted(mode_points))
+            curves.setdefault(scheme, []).append(dict(
+                fuzzy=fuzzy, mode=mode, temperature="log" if label.endswith(TEMPERATURE_SUFFIX) else "none",
+                heights=list(heights), means=list(means), stds=list(stds), n=row["n"]))
+    return curves
+
+
+def _conversion_name(curve: dict) -> str:
+    return " + ".join([curve["mode"] or "its rule", *(["log temperature"] if curve["temperature"] == "log" else [])])
+
+
+def extrapolation_table(curves: dict[str, list[dict]]) -> str:
+    """Markdown: one row per scheme, training variant and conversion, one column per size (mean ± std
+    over seeds, n), the best of each scheme at each size in bold."""
+    heights = sorted({h for scheme_curves in curves.values() for c in scheme_curves for h in c["heights"]})
+    lines = ["| scheme | trained | conversion | n | " + " | ".join(f"{h}px" for h in heights) + " |",
+             "|---|---|---|---:|" + "---:|" * len(heights)]
+    for scheme, scheme_curves in sorted(curves.items()):
+        best = {h: max((c["means"][c["heights"].index(h)] for c in scheme_curves if h in c["heights"]), default=None)
+                for h in heights}
+        for curve in sorted(scheme_curves, key=lambda c: (c["fuzzy"], c["mode"], c["temperature"])):
+            cells = []
+            for h in heights:
+                if h not in curve["heights"]:
+                    cells.append("-")
+                    continue
+                i = curve["heights"].index(h)
+                cell = _percent(curve["means"][i], curve["stds"][i] if curve["n"] > 1 else "")
+                cells.append(f"**{cell}**" if curve["means"][i] == best[h] else cell)
+            lines.append(f"| {scheme} | {'fuzzy' if curve['fuzzy'] else 'exact'} | {_conversion_name(curve)} | "
+                         f"{curve['n']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def epoch_curves(runs: list[dict]) -> list[dict]:
@@ -298,6 +361,39 @@ def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
     for axes in panels[:, 0]:
         axes.set_ylabel("top-1 test accuracy (%)")
     figure.suptitle("Test accuracy at each evaluation size, no fine-tune (mean ± std over seeds)", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _extrapolation_chart(curves: dict[str, list[dict]], path: Path) -> None:
+    """One panel per scheme: test accuracy against evaluation size, a colour per resize mode, solid
+    without and dashed with the log temperature, round markers for exact and crosses for fuzzy
+    training; error bars of one std."""
+    plt = pyplot()
+    columns = min(4, len(curves))
+    rows = -(-len(curves) // columns)
+    figure, panels = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.6 * rows), squeeze=False, sharey=True)
+    for axes, (scheme, scheme_curves) in zip(panels.flat, sorted(curves.items())):
+        modes = sorted({c["mode"] for c in scheme_curves})
+        for curve in sorted(scheme_curves, key=lambda c: (c["fuzzy"], c["mode"], c["temperature"])):
+            label = ("fuzzy, " if curve["fuzzy"] else "") + _conversion_name(curve)
+            axes.errorbar(curve["heights"], [100 * m for m in curve["means"]], yerr=[100 * s for s in curve["stds"]],
+                          marker="x" if curve["fuzzy"] else "o", markersize=4, capsize=2, label=label,
+                          linestyle="--" if curve["temperature"] == "log" else "-",
+                          color=f"C{modes.index(curve['mode']) % 10}", alpha=0.85)
+        axes.set_title(scheme, fontsize=10)
+        axes.set_xticks(scheme_curves[0]["heights"])
+        axes.set_xlabel("evaluation size (px)")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=5.5, loc="lower left")
+    for axes in panels.flat[len(curves):]:
+        axes.set_visible(False)
+    for axes in panels[:, 0]:
+        axes.set_ylabel("top-1 test accuracy (%)")
+    n = sorted({c["n"] for scheme_curves in curves.values() for c in scheme_curves})
+    figure.suptitle(f"Training-free conversions to larger inputs, no fine-tune (mean ± std over "
+                    f"{'/'.join(map(str, n))} seeds)", fontsize=11)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -9,7 +9,9 @@ Builds the model (or loads `ckpt`) and reports, for one random batch:
 - which positional tensors are fixed buffers and which are learned parameters, and whether every
   learned one receives a gradient;
 - for additive schemes, the ratio of the positional table's norm to the patch tokens' norm
-  after the `add` hook (a tiny ratio means positions are drowned out, a huge one that content is).
+  after the `add` hook (a tiny ratio means positions are drowned out, a huge one that content is);
+- the conversions the scheme offers for another resolution (its resize modes, the attention
+  temperature) and whether it can train with fuzzy positions.
 """
 from __future__ import annotations
 
@@ -69,7 +71,9 @@ def diagnose(model: VisionTransformer, img_size, batch: int = 8, seed: int = 0) 
             ratio = (table.norm(dim=-1).mean() / tokens.norm(dim=-1).mean()).item()
     return dict(scheme=model.config["pos"], grid=grid, built_grid=model.grid, shuffle_change=change,
                 learned=learned, fixed=fixed, pos_to_token_norm=ratio,
-                hooks=[hook for hook in HOOKS if model.pos.uses(hook)])
+                hooks=[hook for hook in HOOKS if model.pos.uses(hook)],
+                resize_modes=list(model.pos.resize_modes), resize_mode=model.pos.resize_mode,
+                attn_temperature=model.attn_temperature, fuzzy=model.pos.fuzzy, fuzzy_ok=model.pos.supports_fuzzy)
 
 
 def report(findings: dict) -> str:
@@ -91,6 +95,13 @@ def report(findings: dict) -> str:
         ratio = findings["pos_to_token_norm"]
         verdict = "ok" if 0.01 <= ratio <= 10 else "PROBLEM"
         lines.append(f"[{verdict}] positional / patch-token norm after `add`: {ratio:.3g}")
+    modes = findings["resize_modes"]
+    lines.append(f"conversions to another resolution: resize_mode={'|'.join(modes)} (now {findings['resize_mode']})"
+                 if modes else "conversions to another resolution: none needed (no positional state to resize)")
+    lines.append(f"  attn_temperature=none|log (now {findings['attn_temperature']}); evaluate with "
+                 f"resize_mode=best to pick on the validation split")
+    lines.append(f"fuzzy positions in training: {'on' if findings['fuzzy'] else 'off'}"
+                 + ("" if findings["fuzzy_ok"] else " (not offered: no continuous coordinates)"))
     return "\n".join(lines)
 
 

@@ -3,13 +3,17 @@
     python -m vitpos.evaluate ckpt=<ckpt, run folder or log root> img_sizes=[32,48,64]
 
 Each model is converted to every size with its scheme's resize rule (`resize_mode=` picks the
-mode) and evaluated on the test split (`split=val` for validation); images are resized from the
-dataset's native resolution (bicubic) and the patch size stays fixed. Writes `resolution.md`,
-`resolution.csv` and `resolution.png` (accuracy vs resolution, one line per checkpoint) to `out=`,
-and logs `resolution/<split>_acc` (step = image height) into each checkpoint's TensorBoard run.
+mode, `attn_temperature=log` scales the logits by log N / log N_train) and evaluated on the test
+split (`split=val` for validation); images are resized from the dataset's native resolution
+(bicubic) and the patch size stays fixed. `resize_mode=best` tries every mode of the scheme with
+and without the temperature (unless `attn_temperature=` is given) on the validation split, prints
+the best per size and evaluates only that one on `split`, which thus plays no part in the choice.
+Writes `resolution.md`, `resolution.csv` and `resolution.png` (accuracy vs resolution, one line per
+checkpoint) to `out=`, and logs `resolution/<split>_acc` (step = image height) into each checkpoint's TensorBoard run.
 
-Options (key=value): ckpt (a path or a list [a,b]; a folder means every best-*.ckpt under it, or
-last.ckpt where a run has no best), img_sizes (ints or [H,W] pairs), resize_mode, split, limit
+Options (key=value): ckpt (a path or a list [a,b]; a folder means the latest best-*.ckpt of every
+run under it, or last.ckpt where a run has no best), img_sizes (ints or [H,W] pairs), resize_mode
+(a mode of the scheme, or best), attn_temperature (none or log; default: the checkpoint's), split, limit
 (at most this many images), batch_size, data (a configs/data name, instead of the checkpoint's
 own data config), data_dir (override the dataset root), out, device.
 """
@@ -26,14 +30,16 @@ from torchmetrics.classification import MulticlassAccuracy
 from .config import data_config, instantiate, parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
-from .model import image_size
+from .model import ATTN_TEMPERATURES, image_size
 from .plots import pyplot
+from .pos import get_pos_class
 from .precision import bf16_supported
 from .resize import load_model, read_checkpoint
 from .runs import find_checkpoints, run_dir, run_label, size_tag
 
-DEFAULTS = dict(ckpt=None, img_sizes=[32, 48, 64], resize_mode=None, split="test", limit=None, batch_size=256,
-                data=None, data_dir=None, out="logs/evaluate", device="auto")
+DEFAULTS = dict(ckpt=None, img_sizes=[32, 48, 64], resize_mode=None, attn_temperature=None, split="test", limit=None,
+                batch_size=256, data=None, data_dir=None, out="logs/evaluate", device="auto")
+BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
 
 
 def accuracy(model, datamodule, split: str, device: torch.device, limit: int | None) -> float:
@@ -54,11 +60,22 @@ def accuracy(model, datamodule, split: str, device: torch.device, limit: int | N
     return float(metric.compute())
 
 
-def evaluate(ckpt, img_sizes, resize_mode=None, split="test", limit=None, batch_size=256, data=None,
-             data_dir=None, out="logs/evaluate", device="auto") -> list[dict]:
+def conversions(pos: str, resize_mode, attn_temperature) -> list[tuple]:
+    """The (resize_mode, attn_temperature) pairs to evaluate a checkpoint of scheme `pos` with:
+    the given pair, or under `resize_mode=best` every mode of the scheme with each temperature."""
+    if resize_mode != BEST:
+        return [(resize_mode, attn_temperature)]
+    temperatures = [attn_temperature] if attn_temperature is not None else list(ATTN_TEMPERATURES)
+    return [(mode, temperature) for mode in get_pos_class(pos).resize_modes or (None,) for temperature in temperatures]
+
+
+def evaluate(ckpt, img_sizes, resize_mode=None, attn_temperature=None, split="test", limit=None, batch_size=256,
+             data=None, data_dir=None, out="logs/evaluate", device="auto") -> list[dict]:
     """Evaluate each checkpoint at each size; write the table, CSV and plot; return the rows."""
     if split not in ("test", "val"):
         raise ConfigError(f"split={split!r} must be test or val")
+    if attn_temperature is not None and attn_temperature not in ATTN_TEMPERATURES:
+        raise ConfigError(f"attn_temperature={attn_temperature!r} is not one of {', '.join(ATTN_TEMPERATURES)}")
     device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                           "cpu" if device == "auto" else device)
     if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
@@ -75,23 +92,40 @@ def evaluate(ckpt, img_sizes, resize_mode=None, split="test", limit=None, batch_
         datamodule.setup()
         trained = checkpoint["hyper_parameters"]["model"]
         writer = _tensorboard_writer(path)
+        candidates = conversions(trained["pos"], resize_mode, attn_temperature)
         for size in sizes:
-            model = load_model(path, img_size=size, resize_mode=resize_mode).to(device)
             datamodule.img_size = size
+            chosen, note = candidates[0], ""
+            if len(candidates) > 1:
+                val_accs = {(mode, temperature): accuracy(
+                    load_model(path, size, mode, temperature).to(device), datamodule, "val", device, limit)
+                    for mode, temperature in candidates}
+                chosen = max(val_accs, key=val_accs.get)  # the first of equals: candidates are in a fixed order
+                note = (f"  (best of {len(candidates)} on val: {conversion_label(*chosen)}, "
+                        f"val acc {val_accs[chosen]:.4f})")
+            model = load_model(path, size, *chosen).to(device)
             acc = accuracy(model, datamodule, split, device, limit)
             row = dict(run=run_label(path), pos=trained["pos"], trained_at=size_tag(trained["img_size"]),
                        img_size=size_tag(size), resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),
-                       split=split, acc=round(acc, 4), checkpoint=str(path))
+                       attn_temperature=model.config["attn_temperature"],
+                       chosen_on="val" if len(candidates) > 1 else "", split=split, acc=round(acc, 4),
+                       checkpoint=str(path))
             rows.append(row)
-            print(f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}  {split} acc {acc:.4f}", flush=True)
+            print(f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}  {split} acc {acc:.4f}{note}", flush=True)
             if writer is not None:
-                # a forced mode gets its own tag, so both modes of one checkpoint stay readable
-                tag = f"resolution/{split}_acc" + (f"_{resize_mode}" if resize_mode else "")
+                # a forced conversion gets its own tag, so every conversion of one checkpoint stays readable
+                suffix = "_".join(filter(None, [resize_mode, attn_temperature and f"t{attn_temperature}"]))
+                tag = f"resolution/{split}_acc" + (f"_{suffix}" if suffix else "")
                 writer.add_scalar(tag, acc, global_step=size[0])
         if writer is not None:
             writer.close()
     write_outputs(rows, sizes, Path(out), limit)
     return rows
+
+
+def conversion_label(mode, temperature) -> str:
+    """`resize_mode=ntk attn_temperature=log`: a conversion as the options that select it."""
+    return " ".join([*([f"resize_mode={mode}"] if mode else []), f"attn_temperature={temperature}"])
 
 
 def _tensorboard_writer(path: Path):

@@ -7,6 +7,7 @@ because no library attention exposes the bias and rotate hooks between q/k and t
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -22,6 +23,7 @@ from .pos import Grid, create_pos
 
 ATTN_IMPLS = ("auto", "sdpa", "math")
 POOLS = ("gap", "cls")
+ATTN_TEMPERATURES = ("none", "log")
 
 Rotate = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 # queries (B, heads, N, head_dim) -> additive logit bias (heads, N, N) or (B, heads, N, N)
@@ -55,23 +57,25 @@ class Attention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, N, head_dim)
         return (*rotate(q, k), v) if rotate is not None else (q, k, v)
 
-    def probs(self, q: Tensor, k: Tensor, bias: Tensor | None = None) -> Tensor:
-        """Attention probabilities (B, heads, N, N) of the math path (also read by `vitpos.figures`)."""
-        logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, N, N)
+    def probs(self, q: Tensor, k: Tensor, bias: Tensor | None = None, temperature: float = 1.0) -> Tensor:
+        """Attention probabilities (B, heads, N, N) of the math path (also read by `vitpos.figures`);
+        `temperature` multiplies the q.k logits (not the bias)."""
+        logits = (q * (self.scale * temperature)) @ k.transpose(-2, -1)  # (B, heads, N, N)
         if bias is not None:
             logits = logits + bias.to(logits.dtype)
         return logits.softmax(dim=-1)
 
-    def forward(self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None) -> Tensor:
+    def forward(self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None,
+                temperature: float = 1.0) -> Tensor:
         batch, num_tokens, dim = x.shape
         q, k, v = self.heads(x, rotate)
         logit_bias = None if bias is None else bias(q)
         use_sdpa = self.attn_impl == "sdpa" or (self.attn_impl == "auto" and x.device.type != "cpu")
         if use_sdpa:
             attn_mask = None if logit_bias is None else logit_bias.to(q.dtype)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale * temperature)
         else:
-            out = self.probs(q, k, logit_bias).to(v.dtype) @ v
+            out = self.probs(q, k, logit_bias, temperature).to(v.dtype) @ v
         out = out.transpose(1, 2).reshape(batch, num_tokens, dim)  # (B, N, D)
         return self.proj_drop(self.proj(out))
 
@@ -88,8 +92,9 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None) -> Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), bias=bias, rotate=rotate))
+    def forward(self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None,
+                temperature: float = 1.0) -> Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), bias=bias, rotate=rotate, temperature=temperature))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
@@ -126,31 +131,43 @@ class VisionTransformer(nn.Module):
             additive table, zero attention bias, no rotation). With `cls`, only the class token is
             read after the last block, so a per-layer bias of the last block cannot reach the output.
         attn_impl: `auto`, `sdpa` or `math` (see `Attention`).
+        attn_temperature: `none`, or `log`: on an input of N tokens (patches and cls), every q.k
+            logit is multiplied by log(N) / log(N_ref), N_ref the tokens at `temperature_ref_size`
+            (1 there; Chiang & Cholak 2022, YaRN's temperature in this form), so attention keeps its
+            sharpness on larger grids. Training-free; for evaluation or fine-tuning at a new size.
+        temperature_ref_size: the image size (int or (H, W)) where the temperature is 1: the size the
+            weights were trained at; default `img_size`. `resize` keeps it.
         pos_kwargs: extra constructor arguments of the scheme (e.g. `resize_mode`).
     """
 
     def __init__(self, pos: str = "2d_sin", img_size: int | tuple[int, int] = 32, patch_size: int = 4,
                  in_chans: int = 3, num_classes: int = 10, dim: int = 192, depth: int = 6, num_heads: int = 3,
                  mlp_ratio: float = 4.0, qkv_bias: bool = True, drop_rate: float = 0.0, drop_path_rate: float = 0.0,
-                 pool: str = "gap", attn_impl: str = "auto", pos_kwargs: dict | None = None):
+                 pool: str = "gap", attn_impl: str = "auto", attn_temperature: str = "none",
+                 temperature_ref_size: int | tuple[int, int] | None = None, pos_kwargs: dict | None = None):
         super().__init__()
         img_size = image_size(img_size)
+        ref_size = image_size(temperature_ref_size, f"model.temperature_ref_size={temperature_ref_size!r}") \
+            if temperature_ref_size is not None else img_size
         if dim % num_heads:
             raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
         if pool not in POOLS:
             raise ConfigError(f"pool={pool!r} is not one of {', '.join(POOLS)}")
         if attn_impl not in ATTN_IMPLS:
             raise ConfigError(f"attn_impl={attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
+        if attn_temperature not in ATTN_TEMPERATURES:
+            raise ConfigError(f"attn_temperature={attn_temperature!r} is not one of {', '.join(ATTN_TEMPERATURES)}")
         if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float)) or not 0 <= drop_rate < 1:
             raise ConfigError(f"model.drop_rate={drop_rate!r} must be a number with 0 <= drop_rate < 1, "
                               f"e.g. model.drop_rate=0.1")
         self.patch_size = patch_size
         self.grid: Grid = self.grid_for(img_size)
+        self.attn_temperature = attn_temperature
         self.config = dict(
             pos=pos, img_size=list(img_size), patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
             dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
             drop_rate=drop_rate, drop_path_rate=drop_path_rate, pool=pool, attn_impl=attn_impl,
-            pos_kwargs=dict(pos_kwargs or {}),
+            attn_temperature=attn_temperature, temperature_ref_size=list(ref_size), pos_kwargs=dict(pos_kwargs or {}),
         )
 
         self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=dim,
@@ -169,6 +186,9 @@ class VisionTransformer(nn.Module):
         self._pos_bias = self.pos.uses("bias")
         self._pos_rotate = self.pos.uses("rotate")
         self._pos_after_block = self.pos.uses("after_block")
+        self._pos_fuzzy = self.pos.fuzzy
+        ref_grid = self.grid_for(ref_size)
+        self._ref_tokens = ref_grid[0] * ref_grid[1] + self.num_prefix_tokens
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -186,6 +206,19 @@ class VisionTransformer(nn.Module):
                 f"use a multiple of {self.patch_size}"
             )
         return height // self.patch_size, width // self.patch_size
+
+    def temperature(self, grid: Grid) -> float:
+        """The logit multiplier on `grid` (see `attn_temperature`): 1 unless `log`."""
+        if self.attn_temperature == "none":
+            return 1.0
+        return math.log(grid[0] * grid[1] + self.num_prefix_tokens) / math.log(self._ref_tokens)
+
+    def set_attn_temperature(self, attn_temperature: str) -> VisionTransformer:
+        """Switch the attention temperature (`none` or `log`) of a built model, in place."""
+        if attn_temperature not in ATTN_TEMPERATURES:
+            raise ConfigError(f"attn_temperature={attn_temperature!r} is not one of {', '.join(ATTN_TEMPERATURES)}")
+        self.attn_temperature = self.config["attn_temperature"] = attn_temperature
+        return self
 
     def resize(self, img_size: int | tuple[int, int], resize_mode: str | None = None) -> VisionTransformer:
         """Convert the model in place to a new input size with the scheme's resize rule, so that
@@ -226,13 +259,16 @@ class VisionTransformer(nn.Module):
         # (B, H, W, D) -> (B, N, D); the residual stream stays in the parameters' dtype (fp32 under
         # autocast) for every scheme, so schemes differ only by their hooks' own cost.
         x = self.patch_embed(images).flatten(1, 2).to(self.norm.weight.dtype)
+        if self._pos_fuzzy:
+            self.pos.draw_jitter(x.shape[0], grid, x.device)
         x = self.pos.add(x, grid)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1).to(x.dtype), x], dim=1)  # (B, 1+N, D)
+        temperature = self.temperature(grid)
         for layer, block in enumerate(self.blocks):
             bias = partial(self._bias, layer, grid) if self._pos_bias else None
             rotate = partial(self._rotate, layer, grid) if self._pos_rotate else None
-            x = block(x, bias=bias, rotate=rotate)
+            x = block(x, bias=bias, rotate=rotate, temperature=temperature)
             if self._pos_after_block:
                 x = self._after_block(layer, x, grid)
         x = self.norm(x)

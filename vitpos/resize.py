@@ -34,7 +34,7 @@ def model_state(checkpoint: dict) -> dict:
 
 
 def load_model(ckpt_path: str | Path, img_size: int | tuple[int, int] | None = None,
-               resize_mode: str | None = None) -> VisionTransformer:
+               resize_mode: str | None = None, attn_temperature: str | None = None) -> VisionTransformer:
     """Rebuild the model of a checkpoint (no config needed), converted to `img_size` when given.
 
     Args:
@@ -42,16 +42,21 @@ def load_model(ckpt_path: str | Path, img_size: int | tuple[int, int] | None = N
         img_size: new input size (int or (H, W)); the positional state is converted with the
             scheme's resize rule. None keeps the training size.
         resize_mode: the rule's mode (e.g. `bicubic` for learned tables, `extrapolate` or
-            `interpolate` for sin-cos); None keeps the scheme's configured mode.
+            `interpolate` for sin-cos, `ntk` / `yarn` for 2d_sin and RoPE); None keeps the scheme's
+            configured mode.
+        attn_temperature: `none` or `log` (logits scaled by log(N) / log(N_train) on N tokens; see
+            `VisionTransformer`); None keeps the checkpoint's.
     """
-    return model_from_checkpoint(read_checkpoint(ckpt_path), img_size, resize_mode)
+    return model_from_checkpoint(read_checkpoint(ckpt_path), img_size, resize_mode, attn_temperature)
 
 
 def model_from_checkpoint(checkpoint: dict, img_size: int | tuple[int, int] | None = None,
-                          resize_mode: str | None = None) -> VisionTransformer:
+                          resize_mode: str | None = None, attn_temperature: str | None = None) -> VisionTransformer:
     """`load_model` for a checkpoint already read with `read_checkpoint`."""
     model = create_model(**checkpoint["hyper_parameters"]["model"])
     model.load_state_dict(model_state(checkpoint))
+    if attn_temperature is not None:
+        model.set_attn_temperature(attn_temperature)
     if img_size is not None or resize_mode is not None:
         size = to_2tuple(img_size) if img_size is not None else model.config["img_size"]
         model.resize(size, resize_mode)

@@ -22,6 +22,12 @@ def sizes_tag(sizes) -> str:
     return "-".join(size_tag(size).removesuffix("px") for size in sizes) + "px"
 
 
+def scheme_label(pos_config) -> str:
+    """The scheme as tables and HParams name it: `2d_sin`, or `2d_sin+fuzzy` when trained with fuzzy
+    positions (its run folder says `2d_sin_fuzzy_...`)."""
+    return pos_config["name"] + ("+fuzzy" if pos_config.get("fuzzy") else "")
+
+
 def run_dir(checkpoint: Path) -> Path | None:
     """The `version_N` folder of a checkpoint saved by train.py, or None for a loose file."""
     checkpoint = Path(checkpoint)

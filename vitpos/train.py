@@ -31,7 +31,7 @@ from .model import MODEL_DEFAULTS, VisionTransformer, image_size
 from .module import ImageClassifier
 from .precision import resolve_precision
 from .resize import model_from_checkpoint, read_checkpoint
-from .runs import RESULTS_FILE, run_dir, size_tag, sizes_tag
+from .runs import RESULTS_FILE, run_dir, scheme_label, size_tag, sizes_tag
 
 HPARAM_METRICS = ("val/acc_best", "test/acc", "val/acc", "resolution/test_acc")
 
@@ -58,7 +58,7 @@ def hparams_row(cfg: DictConfig, module: ImageClassifier, datamodule: ImageDataM
     the run's config.yaml; parameters and speed are in vitpos.compare)."""
     model = module.model.config
     return {
-        "pos": cfg.pos.name,
+        "pos": scheme_label(cfg.pos),
         "seed": cfg.seed,
         "size": size_tag(to_container(cfg.img_size)),
         "data": datamodule.name,
@@ -113,7 +113,8 @@ def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[Visio
     """The model of `cfg.finetune_from` converted to `cfg.img_size` and checked against the config,
     and the image size it was trained at."""
     checkpoint = read_checkpoint(cfg.finetune_from)
-    model = model_from_checkpoint(checkpoint, img_size=to_container(cfg.img_size), resize_mode=cfg.resize_mode)
+    model = model_from_checkpoint(checkpoint, img_size=to_container(cfg.img_size), resize_mode=cfg.resize_mode,
+                                  attn_temperature=cfg.get("attn_temperature"))
     trained = model.config
     if trained["pos"] != cfg.pos.name:
         raise ConfigError(f"checkpoint {cfg.finetune_from} was trained with pos={trained['pos']} but the config "
@@ -180,7 +181,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trained_size = None
     datamodule: ImageDataModule = instantiate(cfg.data)
     data_cfg = to_container(cfg.data)
-    run_name = f"{cfg.pos.name}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
+    run_name = f"{scheme_label(cfg.pos).replace('+', '_')}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
     if cfg.finetune_from:
         source, trained_size = finetune_source(cfg, datamodule)
         module = ImageClassifier(model=source.config, data=data_cfg, compile=cfg.model.get("compile", False),
@@ -233,7 +234,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         grid = "x".join(map(str, module.model.grid))
         size_note = " | training sizes " + sizes_tag(datamodule.train_img_sizes) if mixed else ""
         source_note = " from " + datamodule.source if datamodule.source else ""
-        print(f"vitpos: run {logger.log_dir} | pos={cfg.pos.name} | {grid} grid "
+        print(f"vitpos: run {logger.log_dir} | pos={scheme_label(cfg.pos)} | {grid} grid "
               f"({size_tag(module.model.config['img_size'])}, patch {module.model.patch_size}){size_note} | "
               f"data={datamodule.name}{source_note} ({len(datamodule.train_set)} train, "
               f"{len(datamodule.val_set)} val) | precision {trainer_cfg['precision']}", flush=True)

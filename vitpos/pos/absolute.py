@@ -12,7 +12,11 @@ Resize rules (one per scheme, used both for inputs on another grid and to conver
 learned tables are resampled (timm's `resample_abs_pos_embed` for the 1D table seen as an H x W
 image, 1D interpolation per axis for row/col tables); fixed tables are recomputed, either at
 positions 0..H'-1 (`extrapolate`) or at positions rescaled into the reference (training) grid
-(`interpolate`, as in position interpolation). All tables are made in fp32.
+(`interpolate`, as in position interpolation); `2d_sin` also offers NTK-aware scaling and YaRN of
+each axis' frequencies (`ntk`, `yarn`, see `scaling.py`). All tables are made in fp32.
+
+Fuzzy training (`fuzzy`, ViTAR): `1d_learned` samples its table bilinearly (`grid_sample`) and
+`2d_sin` evaluates its sinusoids at every token's jittered (row, col).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from torch import Tensor, nn
 
 from .base import Grid, PositionalEncoding, axis_positions, check_divisible
 from .registry import register
+from .scaling import FREQUENCY_MODES, axis_frequencies, band_range
 
 
 class AdditiveEncoding(PositionalEncoding):
@@ -44,6 +49,7 @@ class Learned1d(AdditiveEncoding):
     """
 
     resize_modes = ("bicubic", "bilinear")
+    supports_fuzzy = True
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "bicubic"):
         super().__init__(dim, num_heads, depth, grid, resize_mode)
@@ -55,7 +61,25 @@ class Learned1d(AdditiveEncoding):
         return resample_abs_pos_embed(self.embedding, new_size=list(grid), old_size=list(self.grid),
                                       num_prefix_tokens=0, interpolation=mode)
 
+    def sampled(self, grid: Grid) -> Tensor:
+        """The table (resampled to `grid`) read bilinearly at every image's jittered token
+        coordinates: (B, H*W, D). Coordinates are in `grid`'s patch units; beyond the border the
+        edge value is kept."""
+        height, width = grid
+        table = self.embedding if tuple(grid) == self.grid else self.resampled(grid, self.resize_mode)
+        table = table.reshape(1, height, width, self.dim).permute(0, 3, 1, 2)  # (1, H*W, D) -> (1, D, H, W)
+        rows = torch.arange(height, dtype=torch.float32, device=table.device).repeat_interleave(width)
+        cols = torch.arange(width, dtype=torch.float32, device=table.device).repeat(height)
+        rows, cols = self.jittered(rows, cols)  # (B, N) each
+        # grid_sample's (x, y) in [-1, 1], corners at the outer patch centres (align_corners=True)
+        where = torch.stack([2 * cols / max(width - 1, 1) - 1, 2 * rows / max(height - 1, 1) - 1], dim=-1)
+        sampled = F.grid_sample(table.expand(len(where), -1, -1, -1), where[:, None].to(table.dtype),
+                                mode="bilinear", padding_mode="border", align_corners=True)  # (B, D, 1, N)
+        return sampled[:, :, 0].transpose(1, 2)  # (B, N, D)
+
     def table(self, grid: Grid) -> Tensor:
+        if self.jitter is not None and self.training:
+            return self.sampled(grid)
         if tuple(grid) == self.grid:
             return self.embedding[0]
         return self.per_grid(grid, lambda: self.resampled(grid, self.resize_mode)[0])
@@ -117,7 +141,8 @@ class FixedSincos(AdditiveEncoding):
         temperature: the frequency base (10000 in Vaswani et al.).
         resize_mode: positions on a grid other than `ref_grid`: `extrapolate` (0..H'-1, as if the
             image were larger) or `interpolate` (rescaled into the reference grid's range, as if the
-            same image were sampled more finely).
+            same image were sampled more finely); `2d_sin` also `ntk` and `yarn` (0..H'-1 with each
+            axis' frequencies rescaled).
         ref_grid: the grid positions are measured in (the training grid); default: the built grid.
     """
 
@@ -168,15 +193,34 @@ class Sincos1d(FixedSincos):
 class Sincos2d(FixedSincos):
     """Fixed 2D sin-cos: a quarter of the channels each for sin(row), sin(col), cos(row), cos(col)."""
 
+    resize_modes = ("extrapolate", "interpolate", *FREQUENCY_MODES)
+    supports_fuzzy = True
     divisor = 4
     why = "sin and cos of row and column"
 
     def _compute(self, grid: Grid) -> Tensor:
         if self.resize_mode == "extrapolate":
             return build_sincos2d_pos_embed(list(grid), dim=self.dim, temperature=self.temperature)  # (H*W, D)
-        # timm's layout on rescaled coordinates: [sin(row w), sin(col w), cos(row w), cos(col w)]
-        bands = self.temperature ** (-torch.arange(self.dim // 4, dtype=torch.float32) / (self.dim // 4))
         rows, cols = self.positions(grid)
-        coords = torch.stack(torch.meshgrid(rows, cols, indexing="ij")).flatten(1).T  # (H*W, 2)
-        angles = coords[:, :, None] * bands  # (H*W, 2, D/4)
-        return torch.stack([angles.sin(), angles.cos()], dim=1).flatten(1)  # (H*W, D)
+        return self.embed(rows.repeat_interleave(grid[1]), cols.repeat(grid[0]), grid)  # row-major tokens
+
+    def table(self, grid: Grid) -> Tensor:
+        if self.jitter is not None and self.training:
+            return self.fuzzy_table(grid)
+        return super().table(grid)
+
+    def fuzzy_table(self, grid: Grid) -> Tensor:
+        """The sinusoids at every image's jittered token coordinates, (B, H*W, D)."""
+        rows, cols = axis_positions(grid, self.ref_grid, self.resize_mode, device=self.cached.device)
+        rows, cols = self.jittered(rows.repeat_interleave(grid[1]), cols.repeat(grid[0]))  # (B, N) each
+        return self.embed(rows, cols, grid).to(self.cached.dtype)
+
+    def embed(self, rows: Tensor, cols: Tensor, grid: Grid) -> Tensor:
+        """Token coordinates (..., N) each -> (..., N, D) in timm's layout [sin(row w), sin(col w),
+        cos(row w), cos(col w)], the frequencies w of each axis under the resize mode."""
+        num_bands = self.dim // 4
+        bands = self.temperature ** (-torch.arange(num_bands, dtype=torch.float32, device=rows.device) / num_bands)
+        row_bands, col_bands = axis_frequencies(bands, self.resize_mode, grid, self.ref_grid,
+                                                band_range(self.temperature, num_bands))
+        row_angles, col_angles = rows[..., None] * row_bands, cols[..., None] * col_bands  # (..., N, D/4) each
+        return torch.cat([row_angles.sin(), col_angles.sin(), row_angles.cos(), col_angles.cos()], dim=-1)

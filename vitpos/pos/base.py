@@ -42,6 +42,9 @@ class PositionalEncoding(nn.Module):
     scheme_name: str = ""
     resize_modes: tuple[str, ...] = ()  # modes of this scheme's resize rule; () = no state to resize
     measures_in_ref_grid: bool = False  # whether `ref_grid` is part of the scheme's state
+    supports_fuzzy: bool = False  # whether the scheme reads continuous coordinates (`fuzzy` training)
+    fuzzy: bool = False  # set by `create_pos`; see `draw_jitter`
+    jitter: Tensor | None = None  # this forward pass' fuzzy offsets, (B, H*W, 2) (row, col), or None
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str | None = None,
                  ref_grid: Grid | None = None):
@@ -103,10 +106,11 @@ class PositionalEncoding(nn.Module):
         """Recompute fixed buffers derived from `self.grid`, after a resize (default: none)."""
 
     def init_kwargs(self) -> dict:
-        """Constructor arguments of the current state: the resize mode and reference grid where the
-        scheme has them; subclasses add their own."""
+        """Constructor arguments of the current state (with `create_pos`'s `fuzzy`): the resize mode
+        and reference grid where the scheme has them; subclasses add their own."""
         return {**({"resize_mode": self.resize_mode} if self.resize_modes else {}),
-                **({"ref_grid": list(self.ref_grid)} if self.measures_in_ref_grid else {})}
+                **({"ref_grid": list(self.ref_grid)} if self.measures_in_ref_grid else {}),
+                "fuzzy": self.fuzzy}
 
     @classmethod
     def uses(cls, hook: str) -> bool:
@@ -138,14 +142,28 @@ class PositionalEncoding(nn.Module):
         """
         return {name for name, _ in self.named_parameters()}
 
+    def draw_jitter(self, batch: int, grid: Grid, device=None) -> None:
+        """Fuzzy positions (ViTAR, Fan et al. 2024): in training, every image's every token gets a
+        (row, col) offset drawn from U[-0.5, 0.5) (torch's generator, so seeded and resumed with the
+        run) for this forward pass; in evaluation, none. The model calls this once per forward."""
+        self.jitter = (torch.rand(batch, grid[0] * grid[1], 2, device=device) - 0.5
+                       if self.fuzzy and self.training else None)
+
+    def jittered(self, rows: Tensor, cols: Tensor) -> tuple[Tensor, Tensor]:
+        """Token coordinates (N,) each -> (B, N) each with this forward pass' fuzzy offsets, or
+        unchanged when there are none (evaluation, or a scheme trained without `fuzzy`)."""
+        if self.jitter is None or not self.training:
+            return rows, cols
+        return rows + self.jitter[..., 0], cols + self.jitter[..., 1]
+
     def extra_repr(self) -> str:
         return f"grid={self.grid}"
 
 
 def axis_positions(grid: Grid, ref_grid: Grid, mode: str, device=None) -> tuple[Tensor, Tensor]:
     """Row (H,) and column (W,) coordinates of `grid` in fp32, for the fixed and rotary schemes'
-    resize modes: `extrapolate` = 0..H-1; `interpolate` = rescaled into `ref_grid`'s range
-    (row * H_ref / H), as if the same image were sampled more finely."""
+    resize modes: `interpolate` = rescaled into `ref_grid`'s range (row * H_ref / H), as if the same
+    image were sampled more finely; any other mode (`extrapolate`, `ntk`, `yarn`) = 0..H-1."""
     rows, cols = (torch.arange(n, dtype=torch.float32, device=device) for n in grid)
     if mode == "interpolate":
         rows, cols = rows * (ref_grid[0] / grid[0]), cols * (ref_grid[1] / grid[1])

@@ -46,7 +46,7 @@ class ConditionalPositionalEncoding(PositionalEncoding):
         return x + peg(feature_map).flatten(2).transpose(1, 2)  # (B, H*W, D)
 
     def init_kwargs(self) -> dict:
-        return {"after_layers": list(self.after_layers), "kernel_size": self.kernel_size}
+        return {**super().init_kwargs(), "after_layers": list(self.after_layers), "kernel_size": self.kernel_size}
 
     def no_weight_decay(self) -> set[str]:
         """The PEG is a convolution, not a table: its kernels decay like any weight."""

@@ -39,6 +39,20 @@ def get_pos_class(name: str) -> type[PositionalEncoding]:
         ) from None
 
 
-def create_pos(name: str, **kwargs) -> PositionalEncoding:
-    """Build the scheme `name` with constructor arguments `kwargs` (dim, num_heads, depth, grid, ...)."""
-    return get_pos_class(name)(**kwargs)
+def fuzzy_schemes() -> list[str]:
+    """Names of the schemes that can be trained with fuzzy positions (`pos.fuzzy=true`)."""
+    return [name for name in list_pos() if _SCHEMES[name].supports_fuzzy]
+
+
+def create_pos(name: str, fuzzy: bool = False, **kwargs) -> PositionalEncoding:
+    """Build the scheme `name` with constructor arguments `kwargs` (dim, num_heads, depth, grid, ...);
+    `fuzzy` turns on fuzzy positions in training (`PositionalEncoding.draw_jitter`)."""
+    cls = get_pos_class(name)
+    if not isinstance(fuzzy, bool):
+        raise ConfigError(f"pos.fuzzy={fuzzy!r} must be true or false")
+    if fuzzy and not cls.supports_fuzzy:
+        raise ConfigError(f"pos={name} has no continuous coordinates to jitter, so it cannot train with "
+                          f"pos.fuzzy=true; schemes that can: {', '.join(fuzzy_schemes())}")
+    scheme = cls(**kwargs)
+    scheme.fuzzy = fuzzy
+    return scheme

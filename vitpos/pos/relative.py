@@ -221,7 +221,7 @@ class Alibi2d(PositionalEncoding):
         self.cached = self._compute(self.grid).to(self.cached)
 
     def init_kwargs(self) -> dict:
-        return {"bias_max": self.bias_max}
+        return {**super().init_kwargs(), "bias_max": self.bias_max}
 
 
 def clipped_offsets(grid: Grid, max_distance: int, device=None) -> tuple[Tensor, Tensor]:
@@ -287,7 +287,7 @@ class ShawRelativePosition(PositionalEncoding):
         self.row_index, self.col_index = clipped_offsets(self.grid, self.max_distance, device=self.row_index.device)
 
     def init_kwargs(self) -> dict:
-        return {"max_distance": self.max_distance}
+        return {**super().init_kwargs(), "max_distance": self.max_distance}
 
     def extra_repr(self) -> str:
         return f"grid={self.grid}, max_distance={self.max_distance}"

@@ -24,7 +24,9 @@ hence the same model up to a relabelling of q/k channels, and cheaper to rotate.
 Resize rule: nothing to resample; the angles are recomputed for the new grid (from the fixed or the
 learned frequencies), with positions either 0..H'-1 (`extrapolate`, as if the image were larger;
 what RoPE-ViT evaluates at higher resolutions) or rescaled into the reference (training) grid
-(`interpolate`, position interpolation), exactly as the fixed sin-cos tables of `absolute.py`.
+(`interpolate`, position interpolation), exactly as the fixed sin-cos tables of `absolute.py`; or
+positions 0..H'-1 with each axis' frequencies rescaled by NTK-aware scaling (`ntk`) or YaRN (`yarn`),
+see `scaling.py`. Fuzzy training (`fuzzy`) jitters every token's position before the rotation.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from .base import Grid, PositionalEncoding, axis_positions
 from .registry import register
+from .scaling import FREQUENCY_MODES, axis_frequencies, axis_scale, band_range, rescale
 
 
 def rotate_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -89,13 +92,15 @@ class RotaryEncoding(PositionalEncoding):
 
     Args:
         theta: frequency base (of the fixed frequencies, or of the learned ones' initialisation).
-        resize_mode: positions on a grid other than `ref_grid`: `extrapolate` (0..H'-1) or
-            `interpolate` (rescaled into the reference grid's range).
+        resize_mode: positions on a grid other than `ref_grid`: `extrapolate` (0..H'-1),
+            `interpolate` (rescaled into the reference grid's range), `ntk` or `yarn` (0..H'-1 with
+            rescaled frequencies).
         ref_grid: the grid positions are measured in (the training grid); default: the built grid.
     """
 
-    resize_modes = ("extrapolate", "interpolate")
+    resize_modes = ("extrapolate", "interpolate", *FREQUENCY_MODES)
     measures_in_ref_grid = True
+    supports_fuzzy = True
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float,
                  resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
@@ -110,9 +115,13 @@ class RotaryEncoding(PositionalEncoding):
 
     def positions(self, grid: Grid, device=None) -> tuple[Tensor, Tensor]:
         """Row and column coordinate of every token, (N,) each in row-major order, fp32, under the
-        resize mode."""
+        resize mode; (B, N) each with fuzzy offsets in training."""
         rows, cols = axis_positions(grid, self.ref_grid, self.resize_mode, device=device)
-        return rows.repeat_interleave(grid[1]), cols.repeat(grid[0])  # (H*W,) each, row-major
+        return self.jittered(rows.repeat_interleave(grid[1]), cols.repeat(grid[0]))  # (H*W,) each, row-major
+
+    def lowest_frequency(self) -> float:
+        """The nominal lowest frequency theta^(-(K-1)/K), K = head_dim/4 (NTK's end of the band)."""
+        return band_range(self.theta, self.head_dim // 4)
 
     def angles(self, layer: int, grid: Grid) -> Tensor:
         """fp32 angle of every channel pair at every token: (N, head_dim/2) or (heads, N, head_dim/2)."""
@@ -135,17 +144,13 @@ class RopeAxial(RotaryEncoding):
     by row * f_k and the second half by col * f_k, with fixed frequencies f_k = theta^(-4k / head_dim),
     k = 0..head_dim/4 - 1 (the same for every head and layer; no parameters).
 
-    `theta` = 100 by default, as in RoPE-ViT (their `rope_theta`), not the 10000 of language models:
-    positions here only reach 7..15 (8 x 8 to 16 x 16 grids), and with 10000 the slowest pairs turn by
-    about 10000^(-15/16) * 7 ~ 1e-3 rad across the whole image, i.e. a quarter of the channels carry
-    no position at all; with 100 the slowest pair still turns ~0.1 rad, the fastest 1 rad per patch.
-
+    `theta` = 100 by default, as in RoPE-ViT (their `rope_theta`); docs/DESIGN.md says why not 10000.
     The angles of the built grid are a non-persistent fp32 buffer that stays fp32 when the model is
     cast to bf16 (see `_apply`); other grids are recomputed (cached while gradients are off).
 
     Args:
         theta: frequency base.
-        resize_mode: `extrapolate` or `interpolate` (see the module docstring).
+        resize_mode: `extrapolate`, `interpolate`, `ntk` or `yarn` (see the module docstring).
         ref_grid: the grid positions are measured in; default: the built grid.
     """
 
@@ -155,12 +160,17 @@ class RopeAxial(RotaryEncoding):
         self.register_buffer("cached", self._compute(self.grid), persistent=False)  # (N, head_dim/2)
 
     def _compute(self, grid: Grid, device=None) -> Tensor:
-        """Angles (H*W, head_dim/2) in fp32: row pairs first, then column pairs."""
+        """Angles (H*W, head_dim/2) in fp32, or (B, 1, H*W, head_dim/2) with fuzzy offsets: row
+        pairs first, then column pairs."""
         bands = freq_bands(self.head_dim // 4, temperature=self.theta, step=1, device=device)  # theta^(-4k/head_dim)
+        row_bands, col_bands = axis_frequencies(bands, self.resize_mode, grid, self.ref_grid, self.lowest_frequency())
         rows, cols = self.positions(grid, device=device)
-        return torch.cat([rows[:, None] * bands, cols[:, None] * bands], dim=-1)
+        angles = torch.cat([rows[..., None] * row_bands, cols[..., None] * col_bands], dim=-1)
+        return angles if angles.dim() == 2 else angles.unsqueeze(1)  # (B, N, hd/2) -> (B, 1, N, hd/2): all heads
 
     def angles(self, layer: int, grid: Grid) -> Tensor:
+        if self.jitter is not None and self.training:
+            return self._compute(grid, device=self.cached.device)
         if tuple(grid) == self.grid:
             return self.cached
         return self.per_grid(tuple(grid), lambda: self._compute(grid, device=self.cached.device))
@@ -190,7 +200,8 @@ class RopeMixed(RotaryEncoding):
 
     Args:
         theta: frequency base of the initialisation (10 in RoPE-ViT for the mixed variant).
-        resize_mode: `extrapolate` or `interpolate` (see the module docstring).
+        resize_mode: `extrapolate`, `interpolate`, `ntk` or `yarn` (see the module docstring); the
+            frequency rules treat f_x as the column axis' and f_y as the row axis' frequency.
         ref_grid: the grid positions are measured in; default: the built grid.
     """
 
@@ -202,9 +213,17 @@ class RopeMixed(RotaryEncoding):
     def _compute(self, layer: int, grid: Grid) -> Tensor:
         # timm's get_mixed_freqs returns sin/cos (not angles) of every layer at once without a
         # reference grid; here one layer's frequencies meet positions under the resize mode.
-        rows, cols = self.positions(grid, device=self.freqs.device)
-        freqs = self.freqs[:, layer].float()  # (2, heads, head_dim/2), fp32 also under autocast
-        return cols[:, None] * freqs[0, :, None] + rows[:, None] * freqs[1, :, None]  # (heads, N, head_dim/2)
+        rows, cols = self.positions(grid, device=self.freqs.device)  # (N,) each, or (B, N) when fuzzy
+        freq_x, freq_y = self.freqs[:, layer].float()  # (heads, head_dim/2) each, fp32 also under autocast
+        if self.resize_mode in FREQUENCY_MODES:
+            (height, width), (ref_height, ref_width) = grid, self.ref_grid
+            lowest = self.lowest_frequency()
+            freq_x = rescale(freq_x, self.resize_mode, axis_scale(width, ref_width), ref_width, lowest)
+            freq_y = rescale(freq_y, self.resize_mode, axis_scale(height, ref_height), ref_height, lowest)
+        # (..., 1, N, 1) * (heads, 1, head_dim/2) -> (heads, N, head_dim/2), or (B, heads, N, head_dim/2)
+        return cols[..., None, :, None] * freq_x[:, None] + rows[..., None, :, None] * freq_y[:, None]
 
     def angles(self, layer: int, grid: Grid) -> Tensor:
+        if self.jitter is not None and self.training:
+            return self._compute(layer, grid)
         return self.per_grid((layer, tuple(grid)), lambda: self._compute(layer, grid))
