@@ -9,7 +9,8 @@
 #   bash scripts/study.sh fuzzy      # FUZZY_SCHEMES x SEEDS trained with fuzzy positions (pos.fuzzy=true),
 #                                    # evaluated as `runs` evaluates
 #   bash scripts/study.sh extrapolation  # every finished run of `runs` and `fuzzy` at EXTRAP_SIZES (1x..3x) with
-#                                    # every resize mode of its scheme, each without and with attn_temperature=log
+#                                    # every resize mode of its scheme, each without and with attn_temperature=log,
+#                                    # on EXTRAP_LIMIT test images (default 2000, the same random ones every time)
 #   bash scripts/study.sh tables     # docs/results/<study>*/ from the logs, and the logs' light files
 #                                    # (no checkpoints) archived to docs/results/study_logs/
 #   bash scripts/study.sh all        # seed by seed: runs, fuzzy, extrapolation, finetune; then tables
@@ -47,6 +48,7 @@ SEEDS=${SEEDS:-0,1,2}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
 FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
+EXTRAP_LIMIT=${EXTRAP_LIMIT:-2000}  # 3x costs ~9x the tokens of 1x per image: a fixed random fifth of the test split
 # 0.71x..1.57x of 28 px, and the same extended to 2x; tokens per step capped at a 28 px step's (batch_by_tokens)
 MIXED_SIZES=${MIXED_SIZES:-"[20,28,36,44] [20,28,36,44,56]"}
 MIXED_EVAL="[20,28,44,56]"    # 0.71x, 1x, 1.57x, 2x
@@ -129,6 +131,7 @@ EOF
           [ -f "$version/extrapolation/$label/resolution.csv" ] && continue
           say "extrapolate $version ($label, $EXTRAP_SIZES)"
           python -m vitpos.evaluate ckpt="$(best "$run")" img_sizes="$EXTRAP_SIZES" attn_temperature=$temperature \
+            limit="$EXTRAP_LIMIT" \
             out="$version/extrapolation/$label" $([ $mode = default ] || echo resize_mode=$mode)
         done
       done

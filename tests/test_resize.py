@@ -27,6 +27,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import vitpos
 from vitpos import ConfigError, create_model, load_model
 from vitpos.evaluate import main as evaluate_main
+from vitpos.evaluate import subset_mask
 from vitpos.pos import get_pos_class
 from vitpos.resize import model_state, read_checkpoint
 from vitpos.train import resume_checkpoint, train
@@ -459,6 +460,14 @@ def test_evaluate_best_chooses_on_validation_and_tests_only_the_choice(scheme_ck
     rows = read_csv(out / "resolution.csv")
     assert [(r["resize_mode"], r["attn_temperature"], r["chosen_on"], r["acc"]) for r in rows] == \
         [("interpolate", "log", "val", "0.5")] * 2
+
+
+def test_a_limited_evaluation_draws_every_class_of_a_split_stored_class_by_class():
+    labels = torch.arange(10).repeat_interleave(100)  # an image tree's order: class by class
+    mask = subset_mask(len(labels), 50)
+    assert mask.sum() == 50 and torch.equal(mask, subset_mask(len(labels), 50))  # the same images every time
+    assert set(labels[mask].tolist()) == set(range(10))  # not the first 50 (one class)
+    assert subset_mask(len(labels), None) is None and subset_mask(len(labels), 5000) is None
 
 
 def test_load_model_with_a_temperature_measures_it_from_the_training_size(scheme_ckpts):

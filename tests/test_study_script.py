@@ -101,7 +101,7 @@ def test_fuzzy_twins_then_every_conversion_of_every_finished_run(tmp_path):
         "none_cifar10_32px_seed0": ["default", "default_tlog"],
         "1d_learned_fuzzy_cifar10_32px_seed0": ["bicubic", "bicubic_tlog", "bilinear", "bilinear_tlog"]}
     ntk_tlog = next(c for c in calls if c.endswith("/extrapolation/ntk_tlog resize_mode=ntk"))
-    assert "attn_temperature=log" in ntk_tlog
+    assert "attn_temperature=log" in ntk_tlog and "limit=2000" in ntk_tlog
     before = len(calls)
     again = subprocess.run(["bash", "scripts/study.sh", "extrapolation"], cwd=ROOT, env=env, capture_output=True,
                            text=True)

@@ -9,13 +9,15 @@ split (`split=val` for validation); images are resized from the dataset's native
 and without the temperature (unless `attn_temperature=` is given) on the validation split, prints
 the best per size and evaluates only that one on `split`, which thus plays no part in the choice.
 Writes `resolution.md`, `resolution.csv` and `resolution.png` (accuracy vs resolution, one line per
-checkpoint) to `out=`, and logs `resolution/<split>_acc` (step = image height) into each checkpoint's TensorBoard run.
+checkpoint) to `out=`, and logs `resolution/<split>_acc` (step = image height) into each
+checkpoint's TensorBoard run.
 
 Options (key=value): ckpt (a path or a list [a,b]; a folder means the latest best-*.ckpt of every
 run under it, or last.ckpt where a run has no best), img_sizes (ints or [H,W] pairs), resize_mode
-(a mode of the scheme, or best), attn_temperature (none or log; default: the checkpoint's), split, limit
-(at most this many images), batch_size, data (a configs/data name, instead of the checkpoint's
-own data config), data_dir (override the dataset root), out, device.
+(a mode of the scheme, or best), attn_temperature (none or log; default: the checkpoint's), split,
+limit (this many images of the split, drawn at random with seed 0: the same ones every time),
+batch_size, data (a configs/data name, instead of the checkpoint's own data config), data_dir
+(override the dataset root), out, device.
 """
 from __future__ import annotations
 
@@ -42,21 +44,35 @@ DEFAULTS = dict(ckpt=None, img_sizes=[32, 48, 64], resize_mode=None, attn_temper
 BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
 
 
+def subset_mask(size: int, limit: int | None) -> torch.Tensor | None:
+    """`limit` of a split's `size` images drawn at random (seed 0: the same images for every
+    checkpoint, size and conversion; every class, also when a split is stored class by class), as a
+    boolean mask over the split's order; None for the whole split."""
+    if limit is None or limit >= size:
+        return None
+    mask = torch.zeros(size, dtype=torch.bool)
+    mask[torch.randperm(size, generator=torch.Generator().manual_seed(0))[:limit]] = True
+    return mask
+
+
 def accuracy(model, datamodule, split: str, device: torch.device, limit: int | None) -> float:
-    """Top-1 accuracy of `model` on a split of `datamodule` at its current `img_size`."""
+    """Top-1 accuracy of `model` on a split of `datamodule` at its current `img_size` (on `limit`
+    images of it, see `subset_mask`)."""
     loader = datamodule.test_dataloader() if split == "test" else datamodule.val_dataloader()
+    mask = subset_mask(len(datamodule.test_set if split == "test" else datamodule.val_set), limit)
     metric = MulticlassAccuracy(datamodule.num_classes, top_k=1, average="micro").to(device)
-    seen = 0
+    start = 0
     bf16 = bf16_supported(device.type)
     with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        for images, labels in loader:
-            if limit is not None:
-                if seen >= limit:
-                    break
-                images, labels = images[: limit - seen], labels[: limit - seen]
+        for images, labels in loader:  # the split in its stored order (evaluation loaders do not shuffle)
+            if mask is not None:
+                keep = mask[start:start + len(labels)]
+                start += len(labels)
+                if not keep.any():
+                    continue
+                images, labels = images[keep.to(images.device)], labels[keep.to(labels.device)]
             images = datamodule.preprocess(images.to(device), train=False)
             metric.update(model(images).float(), labels.to(device))
-            seen += len(labels)
     return float(metric.compute())
 
 
@@ -165,7 +181,7 @@ def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, lim
     axes.set_xticks(heights, tags)
     axes.set_xlabel("evaluation resolution")
     axes.set_ylabel(f"top-1 {rows[0]['split']} accuracy (%)")
-    subset = f", first {limit} images" if limit else ""
+    subset = f", {limit} images drawn at random" if limit else ""
     axes.set_title(f"Accuracy vs evaluation resolution ({rows[0]['split']} split{subset})")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, loc="best", ncol=1 if len(runs) <= 8 else 2)

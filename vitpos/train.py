@@ -27,7 +27,7 @@ from .callbacks import (
 from .config import instantiate
 from .data import ImageDataModule
 from .errors import ConfigError
-from .model import MODEL_DEFAULTS, VisionTransformer, image_size
+from .model import VisionTransformer, as_built, image_size
 from .module import ImageClassifier
 from .precision import resolve_precision
 from .resize import model_from_checkpoint, read_checkpoint
@@ -138,8 +138,8 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
         path = candidates[-1]
     else:
         path = Path(str(cfg.resume))
-    saved = {**MODEL_DEFAULTS, **read_checkpoint(path)["hyper_parameters"]["model"]}  # keys it predates: defaults
-    changed = {k: (saved.get(k), v) for k, v in module.hparams["model"].items() if saved.get(k) != v}
+    saved = as_built(read_checkpoint(path)["hyper_parameters"]["model"])  # keys it predates: as it was built
+    changed = {k: (saved.get(k), v) for k, v in as_built(module.hparams["model"]).items() if saved.get(k) != v}
     if changed:
         diff = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in changed.items())
         raise ConfigError(f"cannot resume {path}: the config builds another model ({diff}); resume with the "
