@@ -3,17 +3,17 @@
 #   bash scripts/study.sh runs       # SCHEMES x SEEDS: train with the study's recipe, then evaluate at
 #                                    # 1x/1.5x/2x with no fine-tune (both modes where a scheme has two)
 #   bash scripts/study.sh finetune   # a short fine-tune at 2x of every finished run (FINETUNE_SEEDS)
-#   bash scripts/study.sh mixed      # (fmnist) MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES
-#                                    # (one size per step), evaluated at 20/28/44/56 px in the scheme's
-#                                    # default resize mode; their single-size twins (from `runs`) at 20 px
+#   bash scripts/study.sh mixed      # MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES (one size per
+#                                    # step, tokens per step capped at a 1x step's); fmnist: evaluated at MIXED_EVAL
+#                                    # in the scheme's default mode, their single-size twins at 20 px too
 #   bash scripts/study.sh fuzzy      # FUZZY_SCHEMES x SEEDS trained with fuzzy positions (pos.fuzzy=true),
 #                                    # evaluated as `runs` evaluates
-#   bash scripts/study.sh extrapolation  # every finished run of `runs` and `fuzzy` at EXTRAP_SIZES (1x..3x) with
+#   bash scripts/study.sh extrapolation  # every finished run of `runs`, `fuzzy`, `mixed` at EXTRAP_SIZES (1x..3x) with
 #                                    # every resize mode of its scheme, each without and with attn_temperature=log,
 #                                    # on EXTRAP_LIMIT test images (default 2000, the same random ones every time)
 #   bash scripts/study.sh tables     # docs/results/<study>*/ from the logs, and the logs' light files
 #                                    # (no checkpoints) archived to docs/results/study_logs/
-#   bash scripts/study.sh all        # seed by seed: runs, fuzzy, extrapolation, finetune; then tables
+#   bash scripts/study.sh all        # seed by seed: runs, fuzzy, (cifar10) mixed, extrapolation, finetune; then tables
 # DATASET picks the study:
 #   cifar10 (default)  experiment=cifar10_study at 32 px, evaluated at 32/48/64 px, fine-tuned at 64 px;
 #                      reads CIFAR-10 from CIFAR10_ROOT (data.root: an archive, folder or image tree of it)
@@ -33,6 +33,10 @@ case $DATASET in
     EXPERIMENT=cifar10_study; FT_EXPERIMENT=cifar10_finetune; RUN_TAG=cifar10_32px; FT_TAG=cifar10_64px_from_32px
     SIZES="[32,48,64]"    # 1x (8x8 grid), 1.5x (12x12), 2x (16x16)
     EXTRAP_SIZES="[32,48,64,96]"    # 1x, 1.5x, 2x, 3x (24x24)
+    MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,rope_mixed,1d_learned}
+    MIXED_SIZES=${MIXED_SIZES:-"[32,48,64]"}    # 1x..2x; the training-free methods' 1x..3x is the comparison
+    MIXED_EVAL=""                   # the mixed runs and their twins are evaluated by `extrapolation`
+    TWIN_EVAL=""
     LOGS=${LOGS:-$HOME/vitpos-study}
     DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
   fmnist)
@@ -40,19 +44,20 @@ case $DATASET in
     EXPERIMENT=fmnist_cpu; FT_EXPERIMENT=fmnist_finetune; RUN_TAG=fashion_mnist_28px; FT_TAG=fashion_mnist_56px_from_28px
     SIZES="[28,44,56]"    # 1x (7x7 grid), 1.57x (11x11: 42 px is no multiple of the patch), 2x (14x14)
     EXTRAP_SIZES="[28,44,56,84]"    # 1x, 1.57x, 2x, 3x
+    MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
+    # 0.71x..1.57x of 28 px, and the same extended to 2x
+    MIXED_SIZES=${MIXED_SIZES:-"[20,28,36,44] [20,28,36,44,56]"}
+    MIXED_EVAL="[20,28,44,56]"    # 0.71x, 1x, 1.57x, 2x
+    TWIN_EVAL="[20]"              # the twins' 28/44/56 px results are in their transfer_default/
     LOGS=${LOGS:-logs}
     DATA_ARGS= ;;
   *) echo "error: DATASET=$DATASET is not a study; use DATASET=cifar10 or DATASET=fmnist" >&2; exit 2 ;;
 esac
 SEEDS=${SEEDS:-0,1,2}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
-MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
 FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
 EXTRAP_LIMIT=${EXTRAP_LIMIT:-2000}  # 3x costs ~9x the tokens of 1x per image: a fixed random fifth of the test split
-# 0.71x..1.57x of 28 px, and the same extended to 2x; tokens per step capped at a 28 px step's (batch_by_tokens)
-MIXED_SIZES=${MIXED_SIZES:-"[20,28,36,44] [20,28,36,44,56]"}
-MIXED_EVAL="[20,28,44,56]"    # 0.71x, 1x, 1.57x, 2x
-TWIN_EVAL="[20]"              # the twins' 28/44/56 px results are in their transfer_default/
+read -ra MIXED_LISTS <<< "$MIXED_SIZES"    # split on spaces without globbing the brackets
 STUDY=$LOGS/$EXPERIMENT
 FINETUNED=$LOGS/$FT_EXPERIMENT
 TWO_MODES=" 1d_sin 2d_sin rope_axial rope_mixed "   # schemes with an extrapolate/interpolate choice
@@ -121,7 +126,9 @@ EOF
 )"
   for seed in ${SEEDS//,/ }; do
     for run in $(for pos in ${SCHEMES//,/ }; do echo "$STUDY/${pos}_${RUN_TAG}_seed$seed"; done) \
-               $(for pos in ${FUZZY_SCHEMES//,/ }; do echo "$STUDY/${pos}_fuzzy_${RUN_TAG}_seed$seed"; done); do
+               $(for pos in ${FUZZY_SCHEMES//,/ }; do echo "$STUDY/${pos}_fuzzy_${RUN_TAG}_seed$seed"; done) \
+               $(for sizes in "${MIXED_LISTS[@]}"; do for pos in ${MIXED_SCHEMES//,/ }; do
+                   echo "$STUDY/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed"; done; done); do
       finished "$run" || continue
       pos=$(basename "$run"); pos=${pos%%_fuzzy_*}; pos=${pos%%_${RUN_TAG}_*}
       version=$(dirname "$(dirname "$(best "$run")")")
@@ -153,22 +160,21 @@ finetune() {
   done
 }
 
+mixed_tag() { echo "train$(echo "$1" | tr -d '[]' | tr , -)px"; }    # the run-name tag train.py gives these sizes
+
 mixed() {
-  local lists sizes tag seed pos run
-  [ "$DATASET" = fmnist ] || { echo "error: the mixed-resolution study is DATASET=fmnist's" >&2; exit 2; }
-  read -ra lists <<< "$MIXED_SIZES"     # split on spaces without globbing the brackets
-  for sizes in "${lists[@]}"; do
-    tag=train$(echo "$sizes" | tr -d '[]' | tr , -)px    # the run-name tag train.py gives these sizes
+  local sizes seed pos run
+  for sizes in "${MIXED_LISTS[@]}"; do
     for seed in ${SEEDS//,/ }; do
       for pos in ${MIXED_SCHEMES//,/ }; do
-        run=$STUDY/${pos}_${RUN_TAG}_${tag}_seed$seed
+        run=$STUDY/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed
         if ! finished "$run"; then
           say "train $run"
-          python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $QUIET \
+          python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
             train_img_sizes="$sizes" batch_by_tokens=true $(resume_arg "$run")
         fi
-        evaluate "$run" "$pos" "$MIXED_EVAL" mixed_eval default
-        finished "$STUDY/${pos}_${RUN_TAG}_seed$seed" &&
+        [ -z "$MIXED_EVAL" ] || evaluate "$run" "$pos" "$MIXED_EVAL" mixed_eval default
+        [ -z "$TWIN_EVAL" ] || ! finished "$STUDY/${pos}_${RUN_TAG}_seed$seed" ||
           evaluate "$STUDY/${pos}_${RUN_TAG}_seed$seed" "$pos" "$TWIN_EVAL" mixed_eval default
       done
     done
@@ -194,7 +200,11 @@ case ${1:-all} in
   tables) tables ;;
   fuzzy) fuzzy ;;
   extrapolation) extrapolation ;;
-  all) for seed in ${SEEDS//,/ }; do SEEDS=$seed FINETUNE_SEEDS=$seed; runs; fuzzy; extrapolation; finetune; done; tables ;;
+  all) for seed in ${SEEDS//,/ }; do
+         SEEDS=$seed FINETUNE_SEEDS=$seed
+         runs; fuzzy; [ "$DATASET" = fmnist ] || mixed; extrapolation; finetune
+       done
+       tables ;;
   *) echo "error: unknown step '${1}'; use one of runs, finetune, fuzzy, extrapolation, mixed, tables, all" >&2
      exit 2 ;;
 esac

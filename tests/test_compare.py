@@ -93,12 +93,15 @@ def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_b
                        run_row("2d_sin+fuzzy", 0, 0.8, **at(0.8, 0.75, 0.5)),
                        run_row("none", 0, 0.6, **{"test_acc@32px": 0.6, "test_acc@64px": 0.3,
                                                   "test_acc@32px/tlog": 0.6, "test_acc@64px/tlog": 0.35}),
+                       dict(run_row("2d_sin", 0, 0.8, **at(0.8, 0.7, 0.72)), train_sizes="32-48-64px"),
                        run_row("cpe", 0, 0.7, **{"test_acc@32px": 0.7, "test_acc@64px": 0.4})])  # no temperature
     curves = extrapolation_curves(rows)
     assert set(curves) == {"2d_sin", "none"}
-    by_key = {(c["fuzzy"], c["mode"], c["temperature"]): c for c in curves["2d_sin"]}
-    assert set(by_key) == {(False, "ntk", "none"), (False, "ntk", "log"), (True, "ntk", "none"), (True, "ntk", "log")}
-    assert by_key[False, "ntk", "log"]["means"] == pytest.approx([0.85, 0.7]) and by_key[False, "ntk", "log"]["n"] == 2
+    by_key = {(c["variant"], c["mode"], c["temperature"]): c for c in curves["2d_sin"]}
+    assert set(by_key) == {(variant, "ntk", temperature) for variant in ("exact", "fuzzy", "mixed 32-48-64px")
+                           for temperature in ("none", "log")}
+    exact_log = by_key["exact", "ntk", "log"]
+    assert exact_log["means"] == pytest.approx([0.85, 0.7]) and exact_log["n"] == 2
     assert {(c["mode"], c["temperature"]) for c in curves["none"]} == {("", "none"), ("", "log")}
     table = extrapolation_table(curves).splitlines()
     assert table[0] == "| scheme | trained | conversion | n | 32px | 64px |"

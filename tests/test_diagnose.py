@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import vitpos
 from vitpos.diagnose import SHUFFLE_NOISE, diagnose, report
@@ -42,3 +43,19 @@ def test_cli():
     bad = subprocess.run([sys.executable, "-m", "vitpos.diagnose", "pos=2d_sin", "img_size=30"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: image size 30x30")
+
+
+def test_a_run_folder_is_checked_at_its_checkpoints_own_size(tmp_path, capsys):
+    from vitpos.diagnose import main
+
+    model = vitpos.create_model("1d_learned", img_size=28, **SMALL)  # a 7 x 7 grid: 32 px would not divide
+    checkpoints = tmp_path / "run" / "version_0" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    checkpoint = {"hyper_parameters": {"model": model.config},
+                  "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}
+    torch.save(checkpoint, checkpoints / "best-epoch3-step40.ckpt")
+    assert main([f"ckpt={tmp_path / 'run'}"]) == 0
+    out = capsys.readouterr().out
+    assert "grid: 7 x 7 patches for this input (built for 7 x 7)" in out
+    assert "conversions to another resolution: resize_mode=bicubic|bilinear (now bicubic)" in out
+    assert "fuzzy positions in training: off" in out

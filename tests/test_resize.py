@@ -565,10 +565,10 @@ def test_missing_checkpoint(tmp_path):
     missing = tmp_path / "no_such.ckpt"
     with pytest.raises(ConfigError) as error:
         load_model(missing)
-    assert_one_line(error, "checkpoint not found", str(missing), "pass the path of a .ckpt")
+    assert_one_line(error, "checkpoint not found", str(missing), "pass a run folder or the path of a .ckpt")
     with pytest.raises(ConfigError) as error:
-        load_model(tmp_path)  # a folder is not a checkpoint file
-    assert_one_line(error, "checkpoint not found")
+        load_model(tmp_path)  # a folder stands for the best checkpoint of its run: there is none
+    assert_one_line(error, "no checkpoint found in", str(tmp_path))
 
 
 CORRUPT = "cannot read checkpoint"

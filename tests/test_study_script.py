@@ -17,7 +17,9 @@ declare -A arg
 for word in "$@"; do [[ $word == *=* ]] && arg[${word%%=*}]=${word#*=}; done
 if [ "$1" = train.py ]; then
   fuzzy=$([ "${arg[pos.fuzzy]:-}" = true ] && echo _fuzzy || true)
-  run=${arg[paths.log_dir]}/${arg[experiment]}/${arg[pos]}${fuzzy}_cifar10_32px_seed${arg[seed]}
+  sizes=$(echo "${arg[train_img_sizes]:-}" | tr -d '[]' | tr , -)
+  mixed=$([ -n "$sizes" ] && echo "_train${sizes}px" || true)
+  run=${arg[paths.log_dir]}/${arg[experiment]}/${arg[pos]}${fuzzy}_cifar10_32px${mixed}_seed${arg[seed]}
   if [ -n "${arg[resume]:-}" ]; then version=$(ls -d "$run"/version_* | tail -n 1); else
     version=$run/version_$(ls -d "$run"/version_* 2> /dev/null | wc -l); fi
   mkdir -p "$version/checkpoints" && touch "$version/results.json" "$version/checkpoints/best-epoch1-step9.ckpt"
@@ -76,19 +78,22 @@ def test_study_refuses_an_unknown_dataset():
     assert result.returncode == 2 and result.stderr.startswith("error: DATASET=mnist is not a study")
 
 
-def test_fuzzy_twins_then_every_conversion_of_every_finished_run(tmp_path):
+def test_fuzzy_and_mixed_twins_then_every_conversion_of_every_finished_run(tmp_path):
     logs = tmp_path / "study"
     study = logs / "cifar10_study"
     for name in ("2d_sin_cifar10_32px_seed0", "none_cifar10_32px_seed0"):
         make_run(study / name / "version_0", "results.json", "checkpoints/best-epoch9-step90.ckpt")
-    env = fake_env(tmp_path, logs, SCHEMES="2d_sin,none,cpe", SEEDS="0", FUZZY_SCHEMES="1d_learned")
-    for step in ("fuzzy", "extrapolation"):
+    env = fake_env(tmp_path, logs, SCHEMES="2d_sin,none,cpe", SEEDS="0", FUZZY_SCHEMES="1d_learned",
+                   MIXED_SCHEMES="rope_axial")
+    for step in ("fuzzy", "mixed", "extrapolation"):
         result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, env=env, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
+    quiet = "trainer.enable_progress_bar=false figures_at_end=false"
     assert [c for c in calls if c.startswith("train.py")] == [
-        f"train.py experiment=cifar10_study pos=1d_learned pos.fuzzy=true seed=0 paths.log_dir={logs} "
-        "trainer.enable_progress_bar=false figures_at_end=false"]
+        f"train.py experiment=cifar10_study pos=1d_learned pos.fuzzy=true seed=0 paths.log_dir={logs} {quiet}",
+        f"train.py experiment=cifar10_study pos=rope_axial seed=0 paths.log_dir={logs} {quiet} "
+        "train_img_sizes=[32,48,64] batch_by_tokens=true"]
     conversions = {}
     for call in calls:
         if "img_sizes=[32,48,64,96]" in call:
@@ -99,7 +104,9 @@ def test_fuzzy_twins_then_every_conversion_of_every_finished_run(tmp_path):
         "2d_sin_cifar10_32px_seed0": ["extrapolate", "extrapolate_tlog", "interpolate", "interpolate_tlog", "ntk",
                                       "ntk_tlog", "yarn", "yarn_tlog"],
         "none_cifar10_32px_seed0": ["default", "default_tlog"],
-        "1d_learned_fuzzy_cifar10_32px_seed0": ["bicubic", "bicubic_tlog", "bilinear", "bilinear_tlog"]}
+        "1d_learned_fuzzy_cifar10_32px_seed0": ["bicubic", "bicubic_tlog", "bilinear", "bilinear_tlog"],
+        "rope_axial_cifar10_32px_train32-48-64px_seed0": ["extrapolate", "extrapolate_tlog", "interpolate",
+                                                          "interpolate_tlog", "ntk", "ntk_tlog", "yarn", "yarn_tlog"]}
     ntk_tlog = next(c for c in calls if c.endswith("/extrapolation/ntk_tlog resize_mode=ntk"))
     assert "attn_temperature=log" in ntk_tlog and "limit=2000" in ntk_tlog
     before = len(calls)

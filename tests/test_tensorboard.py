@@ -64,6 +64,9 @@ def test_tensorboard_shows_the_scheme_first_and_every_schemes_accuracy(tensorboa
                             "colParams": [], "startIndex": 0, "sliceSize": 100})
     schemes = {group["hparams"]["pos"] for group in sessions["sessionGroups"]}
     assert schemes == {"none", "rel_bias"}
+    for group in sessions["sessionGroups"]:  # integers as written (a number would show 42.000), the budget
+        assert group["hparams"]["seed"].isdigit() and group["hparams"]["batch_size"].isdigit()
+        assert group["hparams"]["budget"].endswith((" epochs", " steps"))
 
     tags = tensorboard("/data/plugin/scalars/tags")
     runs_with_accuracy = [run for run, run_tags in tags.items() if "val/acc" in run_tags]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import lightning as L
 import pytest
 import torch
 from hydra.errors import MissingConfigException
+from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
@@ -219,24 +221,39 @@ def test_non_finite_loss_stops_at_the_next_check(every, poison, message, make_co
         train(cfg)
 
 
-@pytest.mark.parametrize("img_size, sizes, bigger", [("32", "img_sizes=[32,64]", "img_size=64"),
-                                                     ("[32,48]", "img_sizes=[[32,48],[64,96]]", "img_size=[64,96]")])
+def printed_train_command(text: str) -> list[str]:
+    """The overrides of the `python train.py ...` line of a closing summary, as the shell splits them."""
+    line = next(line.strip() for line in text.splitlines() if line.strip().startswith("python train.py"))
+    return shlex.split(line)[2:]
+
+
+@pytest.mark.parametrize("img_size, sizes, bigger", [("32", "img_sizes=[32,64]", 64),
+                                                     ("[32,48]", "img_sizes=[[32,48],[64,96]]", [64, 96])])
 def test_closing_summary_suggests_commands_for_the_runs_own_size(make_config, tmp_path, img_size, sizes, bigger):
-    cfg = make_config(["pos=rope_mixed", f"img_size={img_size}"])
+    cfg = make_config(["pos=rope_mixed", f"img_size={img_size}", "data=cifar10", "data.root=copy.tar.gz"])
     run = tmp_path / "logs" / "exp" / "run" / "version_0"
     text = summary(cfg, {"log_dir": str(run), "fit_seconds": 60.0, "checkpoint": "best.ckpt", "test/acc": 0.5}, 6000)
     assert f"python -m vitpos.evaluate ckpt={run} {sizes}" in text
-    assert f"python train.py pos=rope_mixed {bigger} finetune_from=best.ckpt" in text
     assert "test acc 50.00%" in text and "100 img/s" in text
+    # the fine-tune line, composed as train.py would: a short fine-tune of this run, not the default 100 epochs
+    finetune = make_config(printed_train_command(text))
+    img_size = finetune.img_size if isinstance(finetune.img_size, int) else OmegaConf.to_container(finetune.img_size)
+    assert finetune.pos.name == "rope_mixed" and img_size == bigger
+    assert finetune.finetune_from == str(run) and finetune.paths.log_dir == cfg.paths.log_dir
+    assert finetune.data.root == "copy.tar.gz" and finetune.data.train_subset == 10000
+    assert finetune.trainer.max_epochs == 1 and finetune.optim.lr == pytest.approx(cfg.optim.lr / 5)
 
 
 @pytest.mark.parametrize("experiment, recipe", [("fmnist_cpu", "fmnist_finetune"),
                                                 ("cifar10_study", "cifar10_finetune")])
 def test_closing_summary_fine_tunes_with_the_recipes_own_fine_tune(experiment, recipe, make_config, tmp_path):
-    """A study run's suggested fine-tune is its experiment's short fine-tune recipe (a few minutes),
-    not the default trainer's 100 epochs."""
-    cfg = make_config([f"experiment={experiment}", "pos=cpe"])
-    text = summary(cfg, {"log_dir": str(tmp_path / "run"), "fit_seconds": 60.0, "checkpoint": "best.ckpt"}, 6000)
-    assert f"python train.py experiment={recipe} pos=cpe finetune_from=best.ckpt" in text
-    finetune = make_config([f"experiment={recipe}", "pos=cpe"])
-    assert finetune.trainer.max_epochs == 1 and finetune.img_size == 2 * cfg.img_size
+    """A study run's suggested fine-tune, pasted, is its experiment's short fine-tune recipe (a few
+    minutes), into the study's log root, not the default trainer's 100 epochs into logs/."""
+    cfg = make_config([f"experiment={experiment}", "pos=cpe", "paths.log_dir=/study"])
+    run = tmp_path / "run" / "version_0"
+    text = summary(cfg, {"log_dir": str(run), "fit_seconds": 60.0, "checkpoint": "best.ckpt"}, 6000)
+    finetune = make_config(printed_train_command(text))
+    recipe_cfg = make_config([f"experiment={recipe}", "pos=cpe"])
+    assert finetune.experiment == recipe and finetune.finetune_from == str(run) and finetune.paths.log_dir == "/study"
+    assert finetune.trainer.max_epochs == recipe_cfg.trainer.max_epochs == 1
+    assert finetune.data.train_subset == recipe_cfg.data.train_subset and finetune.img_size == 2 * cfg.img_size

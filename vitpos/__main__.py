@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from vitpos.config import CONFIG_DIR, finetune_config
+from vitpos.console import quiet_third_party
 from vitpos.errors import VitposError
 from vitpos.errors import report as report_error
 from vitpos.train import train
@@ -46,6 +47,7 @@ def run_job_as_its_own_command() -> dict:
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> float | None:
+    quiet_third_party()
     try:
         if HydraConfig.get().mode == RunMode.MULTIRUN and relaunches_command_line(cfg.trainer):
             metrics = run_job_as_its_own_command()

@@ -1,6 +1,7 @@
 """What Lightning does not do for exact, safe resumption (atomic checkpoint files, RNG state in
 the checkpoint, one `last.ckpt` written periodically and on SIGTERM), the end-of-training
-positional figures, and the test accuracy after every epoch that small-ViT papers report."""
+positional figures, the test accuracy after every epoch that small-ViT papers report, and progress
+that tells the whole run's length (a bar on a terminal, a line every few percent in a log file)."""
 from __future__ import annotations
 
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -170,20 +172,51 @@ class EveryEpochTest(L.Callback):
         pl_module.log("test_each_epoch/acc_best", self.best, sync_dist=True)
 
 
+class RunClock:
+    """The whole run's progress: optimizer steps done of the run's total and the wall-clock time
+    left at the pace since this process started training (validation included)."""
+
+    def __init__(self):
+        self.started = self.first_step = None
+
+    def start(self, trainer: L.Trainer) -> None:
+        self.started, self.first_step = time.perf_counter(), trainer.global_step
+
+    def total(self, trainer: L.Trainer) -> int:
+        return int(trainer.estimated_stepping_batches)
+
+    def eta(self, trainer: L.Trainer) -> str:
+        """`h:mm:ss` left, or `?` before the first step."""
+        done = trainer.global_step - (self.first_step or 0)
+        if self.started is None or done <= 0:
+            return "?"
+        left = (time.perf_counter() - self.started) / done * max(0, self.total(trainer) - trainer.global_step)
+        return time.strftime("%H:%M:%S", time.gmtime(left)).removeprefix("00:")
+
+
 class ProgressBar(TQDMProgressBar):
-    """Lightning's progress bar with training images/s (on CPU a few it/s say little) and a short
-    postfix (train/loss, val/acc_best); no version number."""
+    """Lightning's progress bar with the run's length (`Epoch k/N`, the whole run's ETA), training
+    images/s (on CPU a few it/s say little) and a short postfix (train/loss, val/acc_best)."""
 
     def __init__(self, smoothing: float = 0.9):
         super().__init__()
         self.smoothing, self.images_per_s, self._last = smoothing, None, None
+        self.clock = RunClock()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        self.clock.start(trainer)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_start(trainer, pl_module)
+        self.train_progress_bar.set_description(epoch_label(trainer))
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch, batch_idx: int) -> None:
         bar = self.train_progress_bar
         if bar.total is None or bar.total == float("inf"):  # resumed mid-epoch: Lightning's bar has no total
             bar.reset(total=trainer.num_training_batches)
             bar.n = batch_idx
-            bar.set_description(f"Epoch {trainer.current_epoch}")
+            bar.set_description(epoch_label(trainer))
         super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
@@ -204,4 +237,49 @@ class ProgressBar(TQDMProgressBar):
         metrics.pop("v_num", None)
         if self.images_per_s is not None:
             metrics["img/s"] = f"{self.images_per_s:.0f}"
+        metrics["run ETA"] = self.clock.eta(trainer)
         return metrics
+
+
+def epoch_label(trainer: L.Trainer) -> str:
+    """`Epoch 3/15` (counted from 1), or `Epoch 3` when the run is bounded by steps only."""
+    epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) and trainer.max_steps in (None, -1) else None
+    return f"Epoch {trainer.current_epoch + 1}" + (f"/{epochs}" if epochs else "")
+
+
+class ProgressLog(LightningProgressBar):
+    """Progress for a console that is not a terminal (a log file, CI, a study script): instead of a
+    redrawn bar, one line every `every` of the run's optimizer steps, with the step and epoch of
+    the total, train/loss, val/acc_best and the whole run's ETA."""
+
+    def __init__(self, every: float = 0.05):
+        super().__init__()
+        self.every, self.enabled, self.clock = every, True, RunClock()
+        self._next = 0
+
+    def disable(self) -> None:
+        self.enabled = False
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.clock.start(trainer)
+        self._next = self._mark_after(trainer, trainer.global_step)
+
+    def _mark_after(self, trainer: L.Trainer, step: int) -> int:
+        interval = max(1, round(self.every * self.clock.total(trainer)))
+        return (step // interval + 1) * interval
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        step, total = trainer.global_step, self.clock.total(trainer)
+        if step < self._next and step < total:
+            return
+        self._next = self._mark_after(trainer, step)
+        if not (self.enabled and trainer.is_global_zero):
+            return
+        metrics = trainer.progress_bar_metrics
+        parts = [f"step {step}/{total} ({100 * step / max(total, 1):.0f}%)", epoch_label(trainer).lower(),
+                 *(f"{key} {float(metrics[key]):.4f}" for key in ("train/loss_step", "val/acc_best") if key in metrics),
+                 f"run ETA {self.clock.eta(trainer)}"]
+        print("vitpos: " + " | ".join(parts), flush=True)

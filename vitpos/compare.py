@@ -210,9 +210,9 @@ TEMPERATURE_SUFFIX = "tlog"  # vitpos.evaluate's tag suffix for attn_temperature
 
 def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows of runs evaluated with the temperature -> {scheme: [curve]}: one curve per
-    training variant (`fuzzy`) and conversion (`mode`: a resize mode or "" for the scheme's only
-    rule; `temperature`: none or log) with its `heights`, `means`, `stds`, `n`; {} when no run has a
-    temperature evaluation. Fuzzy-trained twins are filed under their scheme."""
+    training `variant` (`exact`, `fuzzy`, `mixed <sizes>`) and conversion (`mode`: a resize mode or ""
+    for the scheme's only rule; `temperature`: none or log) with its `heights`, `means`, `stds`, `n`;
+    {} when no run has a temperature evaluation. Fuzzy-trained twins are filed under their scheme."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
         points: dict[str, list[tuple[int, float, float]]] = {}
@@ -223,12 +223,14 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
                 points.setdefault(mode, []).append((height, mean, row[f"{column}_std"] or 0.0))
         if not any(mode.endswith(TEMPERATURE_SUFFIX) for mode in points):
             continue
-        scheme, fuzzy = row["pos"].removesuffix("+fuzzy"), row["pos"].endswith("+fuzzy")
+        scheme = row["pos"].removesuffix("+fuzzy")
+        variant = "fuzzy" if row["pos"].endswith("+fuzzy") else \
+            f"mixed {row['train_sizes']}" if row["train_sizes"] != "-" else "exact"
         for label, mode_points in sorted(points.items()):
             mode = label.removesuffix(TEMPERATURE_SUFFIX).removesuffix("_")
             heights, means, stds = zip(*sorted(mode_points))
             curves.setdefault(scheme, []).append(dict(
-                fuzzy=fuzzy, mode=mode, temperature="log" if label.endswith(TEMPERATURE_SUFFIX) else "none",
+                variant=variant, mode=mode, temperature="log" if label.endswith(TEMPERATURE_SUFFIX) else "none",
                 heights=list(heights), means=list(means), stds=list(stds), n=row["n"]))
     return curves
 
@@ -246,7 +248,7 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
     for scheme, scheme_curves in sorted(curves.items()):
         best = {h: max((c["means"][c["heights"].index(h)] for c in scheme_curves if h in c["heights"]), default=None)
                 for h in heights}
-        for curve in sorted(scheme_curves, key=lambda c: (c["fuzzy"], c["mode"], c["temperature"])):
+        for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"])):
             cells = []
             for h in heights:
                 if h not in curve["heights"]:
@@ -255,7 +257,7 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
                 i = curve["heights"].index(h)
                 cell = _percent(curve["means"][i], curve["stds"][i] if curve["n"] > 1 else "")
                 cells.append(f"**{cell}**" if curve["means"][i] == best[h] else cell)
-            lines.append(f"| {scheme} | {'fuzzy' if curve['fuzzy'] else 'exact'} | {_conversion_name(curve)} | "
+            lines.append(f"| {scheme} | {curve['variant']} | {_conversion_name(curve)} | "
                          f"{curve['n']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -368,18 +370,19 @@ def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
 
 def _extrapolation_chart(curves: dict[str, list[dict]], path: Path) -> None:
     """One panel per scheme: test accuracy against evaluation size, a colour per resize mode, solid
-    without and dashed with the log temperature, round markers for exact and crosses for fuzzy
-    training; error bars of one std."""
+    without and dashed with the log temperature, a marker per training variant (round: exact, cross:
+    fuzzy, square: mixed-resolution); error bars of one std."""
     plt = pyplot()
     columns = min(4, len(curves))
     rows = -(-len(curves) // columns)
     figure, panels = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.6 * rows), squeeze=False, sharey=True)
     for axes, (scheme, scheme_curves) in zip(panels.flat, sorted(curves.items())):
         modes = sorted({c["mode"] for c in scheme_curves})
-        for curve in sorted(scheme_curves, key=lambda c: (c["fuzzy"], c["mode"], c["temperature"])):
-            label = ("fuzzy, " if curve["fuzzy"] else "") + _conversion_name(curve)
+        for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"])):
+            label = ("" if curve["variant"] == "exact" else f"{curve['variant']}, ") + _conversion_name(curve)
             axes.errorbar(curve["heights"], [100 * m for m in curve["means"]], yerr=[100 * s for s in curve["stds"]],
-                          marker="x" if curve["fuzzy"] else "o", markersize=4, capsize=2, label=label,
+                          marker={"exact": "o", "fuzzy": "x"}.get(curve["variant"], "s"), markersize=4, capsize=2,
+                          label=label,
                           linestyle="--" if curve["temperature"] == "log" else "-",
                           color=f"C{modes.index(curve['mode']) % 10}", alpha=0.85)
         axes.set_title(scheme, fontsize=10)

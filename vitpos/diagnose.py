@@ -1,8 +1,10 @@
 """The positional-encoding debugging checklist as a command:
 
-    python -m vitpos.diagnose pos=<scheme> [img_size=32] [ckpt=<path>] [dim=192 depth=6 num_heads=3 ...]
+    python -m vitpos.diagnose pos=<scheme> [img_size=32] [dim=192 depth=6 num_heads=3 ...]
+    python -m vitpos.diagnose ckpt=<checkpoint or run folder> [img_size=...]
 
-Builds the model (or loads `ckpt`) and reports, for one random batch:
+Builds the model (or loads `ckpt`: a file, or a run folder for its best checkpoint, as evaluate
+takes) and reports, for one random batch at `img_size` (default: the checkpoint's own size, else 32):
 - the grid it assumes for the input size (never inferred from a token count);
 - whether the position signal reaches the output: logits before vs after shuffling the patches
   of the images (they must differ, except for `none`);
@@ -28,9 +30,10 @@ from .errors import report as report_error
 from .model import MODEL_ARGS, VisionTransformer, create_model
 from .pos import HOOKS
 from .resize import load_model
+from .runs import find_checkpoints
 
 SHUFFLE_NOISE = 1e-6  # relative logit change that fp32 round-off alone produces (none: ~1e-7)
-DEFAULTS = dict(pos=None, ckpt=None, img_size=32, in_chans=3, num_classes=10, batch=8, seed=0)
+DEFAULTS = dict(pos=None, ckpt=None, img_size=None, in_chans=3, num_classes=10, batch=8, seed=0)
 
 
 def shuffle_patches(images: torch.Tensor, patch: int, permutation: torch.Tensor) -> torch.Tensor:
@@ -110,14 +113,15 @@ def main(argv: list[str]) -> int:
         options = parse_options(argv, DEFAULTS, __doc__, extra_keys=MODEL_ARGS)
         model_args = {k: v for k, v in OmegaConf.to_container(options).items() if k in MODEL_ARGS - set(DEFAULTS)}
         if options.ckpt:
-            model = load_model(options.ckpt)
+            model = load_model(find_checkpoints(options.ckpt)[0])
         elif options.pos:
-            model = create_model(options.pos, img_size=options.img_size, num_classes=options.num_classes,
+            model = create_model(options.pos, img_size=options.img_size or 32, num_classes=options.num_classes,
                                  in_chans=options.in_chans, **model_args)
         else:
             raise ConfigError("pass pos=<scheme> (or ckpt=<checkpoint>), e.g. python -m vitpos.diagnose pos=2d_sin")
         torch.manual_seed(options.seed)
-        print(report(diagnose(model, options.img_size, options.batch, options.seed)))
+        size = options.img_size or model.config["img_size"]
+        print(report(diagnose(model, size, options.batch, options.seed)))
     except VitposError as error:
         return report_error(error)
     return 0

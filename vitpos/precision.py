@@ -1,6 +1,8 @@
 """Which precision a run uses: `auto` is bf16 mixed precision where bf16 is native, else fp32."""
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
 
 import torch
@@ -32,3 +34,22 @@ def resolve_precision(precision, accelerator: str = "auto"):
     if str(precision) != "auto":
         return precision
     return "bf16-mixed" if bf16_supported(accelerator) else "32-true"
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what the platform says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def device_description(device: torch.device) -> str:
+    """`GPU NVIDIA H200` or `CPU AMD EPYC (2 cores, native bf16)`: what a run's times depend on."""
+    if device.type == "cuda":
+        return f"GPU {torch.cuda.get_device_name(device)}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"CPU {cpu_name()} ({cores} cores, {'native bf16' if bf16_supported('cpu') else 'no native bf16'})"

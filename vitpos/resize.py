@@ -9,14 +9,28 @@ from timm.layers import to_2tuple
 
 from .errors import ConfigError
 from .model import VisionTransformer, create_model
+from .runs import find_checkpoints
+
+
+def checkpoint_file(spec: str | Path) -> Path:
+    """The checkpoint `spec` names: a file, or a run folder (`<run>` or `<run>/version_N`) for its
+    best checkpoint (`runs.best_checkpoint`); a folder holding several runs is an error."""
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        return path
+    found = find_checkpoints(path)
+    if len(found) > 1:
+        raise ConfigError(f"{path} holds {len(found)} runs' checkpoints; pass one run's folder or a .ckpt file")
+    return found[0]
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """Load a vitpos (Lightning) checkpoint on the CPU, with one-line errors for the usual problems."""
-    path = Path(path).expanduser()
+    """Load a vitpos (Lightning) checkpoint on the CPU, with one-line errors for the usual problems;
+    a run folder stands for its best checkpoint (`checkpoint_file`)."""
+    path = checkpoint_file(path)
     if not path.is_file():
-        raise ConfigError(f"checkpoint not found: {path}; pass the path of a .ckpt written by train.py "
-                          f"(logs/<run>/version_N/checkpoints/)")
+        raise ConfigError(f"checkpoint not found: {path}; pass a run folder or the path of a .ckpt written by "
+                          f"train.py (logs/<run>/version_N/checkpoints/)")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # unpickling garbage raises almost any exception type

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from .callbacks import (
     LastCheckpoint,
     PositionalFigures,
     ProgressBar,
+    ProgressLog,
     RNGStateInCheckpoint,
 )
 from .config import instantiate
@@ -29,8 +31,8 @@ from .data import ImageDataModule
 from .errors import ConfigError
 from .model import VisionTransformer, as_built, image_size
 from .module import ImageClassifier
-from .precision import resolve_precision
-from .resize import model_from_checkpoint, read_checkpoint
+from .precision import bf16_supported, device_description, resolve_precision
+from .resize import checkpoint_file, model_from_checkpoint, read_checkpoint
 from .runs import RESULTS_FILE, run_dir, scheme_label, size_tag, sizes_tag
 
 HPARAM_METRICS = ("val/acc_best", "test/acc", "val/acc", "resolution/test_acc")
@@ -55,11 +57,18 @@ def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
 
 def hparams_row(cfg: DictConfig, module: ImageClassifier, datamodule: ImageDataModule, trained_size=None) -> dict:
     """The HParams-tab columns: what tells runs of a comparison apart (the full config stays in
-    the run's config.yaml; parameters and speed are in vitpos.compare)."""
+    the run's config.yaml; parameters and speed are in vitpos.compare). Integers are written as text,
+    which TensorBoard shows as written (a number would read 42.000)."""
     model = module.model.config
+    epochs, steps = cfg.trainer.get("max_epochs"), cfg.trainer.get("max_steps")
+    budget = f"{steps} steps" if steps not in (None, -1) else f"{epochs} epochs"
+    world = int(cfg.trainer.get("devices") or 1) * int(cfg.trainer.get("num_nodes") or 1) \
+        if str(cfg.trainer.get("devices")).isdigit() else 1
     return {
         "pos": scheme_label(cfg.pos),
-        "seed": cfg.seed,
+        "seed": str(cfg.seed),
+        "budget": budget,
+        "batch_size": str(datamodule.batch_size * world),
         "size": size_tag(to_container(cfg.img_size)),
         "data": datamodule.name,
         "data_source": datamodule.source or "-",
@@ -190,7 +199,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if rank_zero_only.rank == 0:  # before the Trainer exists: Lightning's rank from the launcher's environment
             old_grid = "x".join(str(s // source.patch_size) for s in image_size(trained_size))
             mode = source.config["pos_kwargs"].get("resize_mode") or "the scheme's resize rule"
-            print(f"vitpos: fine-tuning {cfg.finetune_from} ({cfg.pos.name}): grid {old_grid} -> "
+            print(f"vitpos: fine-tuning {checkpoint_file(cfg.finetune_from)} ({cfg.pos.name}): grid {old_grid} -> "
                   f"{'x'.join(map(str, source.grid))} ({mode})", flush=True)
         run_name = f"{run_name}_from_{size_tag(trained_size)}"
     else:
@@ -215,7 +224,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
                  RNGStateInCheckpoint(), ThroughputMonitor(batch_size_fn=batch_size, window_size=10),
                  *([PositionalFigures()] if cfg.get("figures_at_end", True) else []),
                  *([EveryEpochTest()] if cfg.get("test_every_epoch") else []),
-                 *([ProgressBar()] if cfg.trainer.get("enable_progress_bar", True) else []),
+                 *([ProgressBar() if sys.stdout.isatty() else ProgressLog()]
+                   if cfg.trainer.get("enable_progress_bar", True) else []),
                  *(instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),
@@ -237,7 +247,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
         print(f"vitpos: run {logger.log_dir} | pos={scheme_label(cfg.pos)} | {grid} grid "
               f"({size_tag(module.model.config['img_size'])}, patch {module.model.patch_size}){size_note} | "
               f"data={datamodule.name}{source_note} ({len(datamodule.train_set)} train, "
-              f"{len(datamodule.val_set)} val) | precision {trainer_cfg['precision']}", flush=True)
+              f"{len(datamodule.val_set)} val) | {sum(p.numel() for p in module.model.parameters()) / 1e6:.2f}M "
+              f"params | precision {trainer_cfg['precision']} on {device_description(trainer.strategy.root_device)}",
+              flush=True)
+        if trainer.strategy.root_device.type == "cpu" and not bf16_supported("cpu"):
+            print("vitpos: this CPU has no native bf16 (an AVX2-class CPU), so the run trains in fp32 and takes "
+                  "several times longer than README's times (measured on AVX512-BF16 CPUs)", flush=True)
 
     started = time.perf_counter()
     try:
@@ -249,7 +264,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     fit_seconds = round(time.perf_counter() - started, 1)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if cfg.test_after_fit:
-        results = trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None,
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None, verbose=False,
                                weights_only=False)
         metrics.update({k: float(v) for k, v in results[0].items()})
     metrics["checkpoint"] = best.best_model_path or str(checkpoint_dir / "last.ckpt")
@@ -261,6 +276,19 @@ def train(cfg: DictConfig) -> dict[str, float]:
         (Path(logger.log_dir) / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
         print(summary(cfg, metrics, module.images_trained * trainer.world_size), flush=True)
     return metrics
+
+
+def finetune_command(cfg: DictConfig, run: Path, bigger: str) -> str:
+    """The closing summary's fine-tune line, safe to paste: the experiment's fine-tune recipe where it
+    names one, else a short fine-tune at twice the size (one pass over at most 10k images, a fifth of
+    the run's lr); into the run's own log root, from the same copy of the data."""
+    source = [f"finetune_from={run}", f"paths.log_dir={cfg.paths.log_dir}",
+              *([f"data.root={cfg.data.root}"] if cfg.data.get("root") else [])]
+    if cfg.get("finetune_recipe"):
+        return " ".join(["python train.py", f"experiment={cfg.finetune_recipe}", f"pos={cfg.pos.name}", *source])
+    subset = ["data.train_subset=10000"] if "train_subset" in cfg.data else []
+    return " ".join(["python train.py", f"pos={cfg.pos.name}", f"img_size={bigger}", *source, "trainer.max_epochs=1",
+                     *subset, f"optim.lr={cfg.optim.lr / 5:g}", "optim.warmup_steps=10"])
 
 
 def summary(cfg: DictConfig, metrics: dict, images_seen: int) -> str:
@@ -281,9 +309,7 @@ def summary(cfg: DictConfig, metrics: dict, images_seen: int) -> str:
         *([f"  figures      {run / 'figures'}"] if (run / "figures").is_dir() else []),
         "  next:",
         f"    python -m vitpos.evaluate ckpt={run} img_sizes={sizes}",
-        f"    python train.py experiment={cfg.finetune_recipe} pos={cfg.pos.name} finetune_from={metrics['checkpoint']}"
-        if cfg.get("finetune_recipe") else
-        f"    python train.py pos={cfg.pos.name} img_size={bigger} finetune_from={metrics['checkpoint']}",
+        f"    {finetune_command(cfg, run, bigger)}",
         f"    python -m vitpos.compare {root}",
         f"    tensorboard --logdir {root}",
     ]
