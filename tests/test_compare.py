@@ -154,12 +154,21 @@ def test_compare_cli_errors_are_one_line(tmp_path):
     assert result.stderr.startswith("error: no such log folder")
 
 
-def test_images_per_second_counts_every_rank(three_runs, tmp_path):
-    """ThroughputMonitor logs each device's speed, and the run's only with several devices:
-    compare reports the run's, which for one device is the device's."""
+def test_images_per_second_is_the_runs_own_figure(three_runs, tmp_path):
+    """compare reports the img/s that the run's closing summary printed and results.json holds."""
+    rows = compare(three_runs[0]["log_dir"], out=tmp_path / "out")
+    assert rows[0]["images_per_s"] == round(three_runs[0]["images_per_s"])
+
+
+def test_images_per_second_of_older_runs_counts_every_rank(three_runs, tmp_path):
+    """Runs saved before results.json held img/s: ThroughputMonitor logs each device's speed, and
+    the run's only with several devices: compare reports the run's, which for one device is the
+    device's."""
     for ranks in (1, 2):
         run = tmp_path / f"ranks{ranks}" / "none_synthetic_32px_seed0" / "version_0"
         shutil.copytree(three_runs[0]["log_dir"], run)
+        results = json.loads((run / RESULTS_FILE).read_text())
+        (run / RESULTS_FILE).write_text(json.dumps({k: v for k, v in results.items() if k != "images_per_s"}))
         for events in run.glob("events.out.tfevents*"):
             events.unlink()
         with SummaryWriter(run) as writer:

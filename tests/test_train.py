@@ -232,7 +232,8 @@ def printed_train_command(text: str) -> list[str]:
 def test_closing_summary_suggests_commands_for_the_runs_own_size(make_config, tmp_path, img_size, sizes, bigger):
     cfg = make_config(["pos=rope_mixed", f"img_size={img_size}", "data=cifar10", "data.root=copy.tar.gz"])
     run = tmp_path / "logs" / "exp" / "run" / "version_0"
-    text = summary(cfg, {"log_dir": str(run), "fit_seconds": 60.0, "checkpoint": "best.ckpt", "test/acc": 0.5}, 6000)
+    text = summary(cfg, {"log_dir": str(run), "fit_seconds": 60.0, "images_per_s": 100.0, "checkpoint": "best.ckpt",
+                         "test/acc": 0.5})
     assert f"python -m vitpos.evaluate ckpt={run} {sizes}" in text
     assert "test acc 50.00%" in text and "100 img/s" in text
     # the fine-tune line, composed as train.py would: a short fine-tune of this run, not the default 100 epochs
@@ -251,7 +252,7 @@ def test_closing_summary_fine_tunes_with_the_recipes_own_fine_tune(experiment, r
     minutes), into the study's log root, not the default trainer's 100 epochs into logs/."""
     cfg = make_config([f"experiment={experiment}", "pos=cpe", "paths.log_dir=/study"])
     run = tmp_path / "run" / "version_0"
-    text = summary(cfg, {"log_dir": str(run), "fit_seconds": 60.0, "checkpoint": "best.ckpt"}, 6000)
+    text = summary(cfg, {"log_dir": str(run), "fit_seconds": 60.0, "images_per_s": 100.0, "checkpoint": "best.ckpt"})
     finetune = make_config(printed_train_command(text))
     recipe_cfg = make_config([f"experiment={recipe}", "pos=cpe"])
     assert finetune.experiment == recipe and finetune.finetune_from == str(run) and finetune.paths.log_dir == "/study"

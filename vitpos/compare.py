@@ -73,7 +73,8 @@ def summarize(run: Path, root: Path) -> dict:
         return [event.value for event in events.Scalars(tag)] if tag in tags else []
 
     val_acc, test_acc = values("val/acc"), values("test/acc")
-    # the whole run's speed; ThroughputMonitor logs it beside each device's only with several devices
+    # the run's own figure (results.json); runs saved before it: the median of ThroughputMonitor's
+    # (logged beside each device's only with several devices)
     speeds = values("train/samples_per_sec") or values("train/device/samples_per_sec")
     size = config["img_size"]
     row = dict(
@@ -90,7 +91,8 @@ def summarize(run: Path, root: Path) -> dict:
         test_acc=round(test_acc[-1], 4) if test_acc else "",
         epochs_done=len(values("train/loss_epoch")),  # one point per completed training epoch
         val_acc_by_epoch=" ".join(f"{acc:.4f}" for acc in val_acc),
-        images_per_s=round(statistics.median(speeds)) if speeds else "",
+        images_per_s=round(results["images_per_s"]) if "images_per_s" in results else
+        round(statistics.median(speeds)) if speeds else "",
         fit_minutes=round(results["fit_seconds"] / 60, 2) if "fit_seconds" in results else "",
         run=str(run.relative_to(root)) if run != root else run.name,
     )

@@ -272,9 +272,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
     metrics["params"] = sum(p.numel() for p in module.model.parameters())
     metrics["data_source"] = datamodule.source or datamodule.name
     metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
+    # the run's one throughput figure (summary, results.json, compare): training images over the fit's
+    # wall-clock time, validation included, of this process's part of the run
+    metrics["images_per_s"] = round(module.images_trained * trainer.world_size / max(fit_seconds, 1e-9), 1)
     if trainer.is_global_zero:  # the mark of a finished run: compare and the study scripts read it
         (Path(logger.log_dir) / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
-        print(summary(cfg, metrics, module.images_trained * trainer.world_size), flush=True)
+        print(summary(cfg, metrics), flush=True)
     return metrics
 
 
@@ -291,7 +294,7 @@ def finetune_command(cfg: DictConfig, run: Path, bigger: str) -> str:
                      *subset, f"optim.lr={cfg.optim.lr / 5:g}", "optim.warmup_steps=10"])
 
 
-def summary(cfg: DictConfig, metrics: dict, images_seen: int) -> str:
+def summary(cfg: DictConfig, metrics: dict) -> str:
     """The closing block: results, where they are, and the next commands with this run filled in."""
     run, minutes = Path(metrics["log_dir"]), metrics["fit_seconds"] / 60
     accuracy = lambda key: f"{100 * metrics[key]:.2f}%" if key in metrics else "-"  # noqa: E731
@@ -304,7 +307,7 @@ def summary(cfg: DictConfig, metrics: dict, images_seen: int) -> str:
     lines = [
         f"vitpos: finished {run}",
         f"  best val acc {accuracy('val/acc_best')} | test acc {accuracy('test/acc')} (top-1) | "
-        f"fit {minutes:.1f} min, {images_seen / max(metrics['fit_seconds'], 1e-9):.0f} img/s",
+        f"fit {minutes:.1f} min, {metrics['images_per_s']:.0f} img/s",
         f"  checkpoint   {metrics['checkpoint']}",
         *([f"  figures      {run / 'figures'}"] if (run / "figures").is_dir() else []),
         "  next:",
