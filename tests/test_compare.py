@@ -25,7 +25,7 @@ from vitpos.runs import RESULTS_FILE
 from vitpos.train import train
 
 KEY = dict(experiment="e", data="d", img_size=28, train_sizes="-", finetuned_from="-", model="m", lr=0.001,
-           batch_size=8, epochs=1)
+           batch_size=8, budget="1 epochs")
 
 
 def run_row(pos: str, seed: int, test_acc, **extra) -> dict:

@@ -34,11 +34,11 @@ from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_DEFAULTS
 from .plots import pyplot
-from .runs import RESULTS_FILE, scheme_label, sizes_tag
+from .runs import RESULTS_FILE, budget, devices, scheme_label, sizes_tag
 
 DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
 GROUP_BY = ("experiment", "pos", "data", "img_size", "train_sizes", "finetuned_from", "model", "lr", "batch_size",
-            "epochs")
+            "budget")
 ACCURACIES = ("test_acc", "val_acc_best", "val_acc_final")
 RESOLUTION_TAG = "resolution/test_acc"  # vitpos.evaluate: step = image height, suffix _<mode> if one was forced
 TRANSFER_PREFIX = "test_acc@"  # transfer columns: test_acc@<height>px, or test_acc@<height>px/<mode>
@@ -84,7 +84,7 @@ def summarize(run: Path, root: Path) -> dict:
         train_sizes=sizes_tag(config["train_img_sizes"]) if config.get("train_img_sizes") else "-",
         finetuned_from=hparams.get("finetuned_from", ""), model=model_key(hparams.get("model", "")),
         lr=config["optim"]["lr"],
-        batch_size=config["data"]["batch_size"], epochs=config["trainer"]["max_epochs"],
+        batch_size=config["data"]["batch_size"] * devices(config["trainer"]), budget=budget(config["trainer"]),
         seed=config["seed"], params=results.get("params", hparams.get("params", "")),
         val_acc_best=round(max(val_acc), 4) if val_acc else "",
         val_acc_final=round(val_acc[-1], 4) if val_acc else "",
@@ -288,7 +288,7 @@ def epoch_curves(runs: list[dict]) -> list[dict]:
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
     """Accuracies in percent as `mean +- std`; columns no row has are left out."""
     accuracies = [c for c in accuracies if any(r.get(f"{c}_mean", "") != "" for r in rows)]
-    keys = ["pos", "experiment", "data", "img_size", "train_sizes", "finetuned_from", "n"]
+    keys = ["pos", "experiment", "data", "img_size", "train_sizes", "finetuned_from", "budget", "batch_size", "n"]
     if all(row["train_sizes"] == "-" for row in rows):
         keys.remove("train_sizes")
     header = [*keys, *accuracies, "images_per_s", "fit_minutes"]

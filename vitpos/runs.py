@@ -28,6 +28,18 @@ def scheme_label(pos_config) -> str:
     return pos_config["name"] + ("+fuzzy" if pos_config.get("fuzzy") else "")
 
 
+def budget(trainer: dict) -> str:
+    """`15 epochs`, or `2000 steps` when the steps bound the run (train.py's HParams say the same)."""
+    steps = trainer.get("max_steps")
+    return f"{steps} steps" if steps not in (None, -1) else f"{trainer.get('max_epochs')} epochs"
+
+
+def devices(trainer: dict) -> int:
+    """Processes of a run (devices x nodes), so `batch_size` is the global batch; 1 for `auto`."""
+    count = trainer.get("devices")
+    return int(count) * int(trainer.get("num_nodes") or 1) if str(count).isdigit() else 1
+
+
 def run_dir(checkpoint: Path) -> Path | None:
     """The `version_N` folder of a checkpoint saved by train.py, or None for a loose file."""
     checkpoint = Path(checkpoint)

@@ -33,7 +33,7 @@ from .model import VisionTransformer, as_built, image_size
 from .module import ImageClassifier
 from .precision import bf16_supported, device_description, resolve_precision
 from .resize import checkpoint_file, model_from_checkpoint, read_checkpoint
-from .runs import RESULTS_FILE, run_dir, scheme_label, size_tag, sizes_tag
+from .runs import RESULTS_FILE, budget, devices, run_dir, scheme_label, size_tag, sizes_tag
 
 HPARAM_METRICS = ("val/acc_best", "test/acc", "val/acc", "resolution/test_acc")
 
@@ -60,15 +60,11 @@ def hparams_row(cfg: DictConfig, module: ImageClassifier, datamodule: ImageDataM
     the run's config.yaml; parameters and speed are in vitpos.compare). Integers are written as text,
     which TensorBoard shows as written (a number would read 42.000)."""
     model = module.model.config
-    epochs, steps = cfg.trainer.get("max_epochs"), cfg.trainer.get("max_steps")
-    budget = f"{steps} steps" if steps not in (None, -1) else f"{epochs} epochs"
-    world = int(cfg.trainer.get("devices") or 1) * int(cfg.trainer.get("num_nodes") or 1) \
-        if str(cfg.trainer.get("devices")).isdigit() else 1
     return {
         "pos": scheme_label(cfg.pos),
         "seed": str(cfg.seed),
-        "budget": budget,
-        "batch_size": str(datamodule.batch_size * world),
+        "budget": budget(cfg.trainer),
+        "batch_size": str(datamodule.batch_size * devices(cfg.trainer)),
         "size": size_tag(to_container(cfg.img_size)),
         "data": datamodule.name,
         "data_source": datamodule.source or "-",
