@@ -37,6 +37,22 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("data.device_resident=yes", "data.device_resident='yes' must be auto, true or false"),
     ("data.augment=randaugment data.device_resident=true", "runs per sample in DataLoader workers"),
     ("model.drop_rate=1.0", "model.drop_rate=1.0 must be a number with 0 <= drop_rate < 1"),
+    ("model.dim=0", "model.dim=0 must be a positive integer"),
+    ("model.depth=-1", "model.depth=-1 must be a positive integer"),
+    ("model.num_heads=0", "model.num_heads=0 must be a positive integer"),
+    ("model.patch_size=0", "model.patch_size=0 must be a positive integer"),
+    ("model.mlp_ratio=0", "model.mlp_ratio=0 must be a positive number"),
+    ("model.drop_path_rate=1.5", "model.drop_path_rate=1.5 must be a number with 0 <= drop_path_rate < 1"),
+    ("model.attn_temperature=cubic", "attn_temperature='cubic' is not one of none, log"),
+    ("optim.label_smoothing=1.5", "optim.label_smoothing=1.5 must be below 1"),
+    ("optim.min_lr_ratio=2", "optim.min_lr_ratio=2 must be a number in .0, 1."),
+    ("optim.warmup_steps=2.5", "optim.warmup_steps=2.5 must be a whole number of steps"),
+    ("data.num_workers=-1", "data.num_workers=-1 must be a whole number >= 0"),
+    ("seed=abc", "seed='abc' must be an integer"),
+    ("checkpoint_every_n_steps=0", "checkpoint_every_n_steps=0 must be a positive number of optimizer steps"),
+    ("trainer.max_epochs=-5", "Trainer: `max_epochs` must be a non-negative integer or -1"),
+    ("pos=rel_bias pos.fuzzy=true", "pos=rel_bias has no continuous coordinates"),
+    ("pos=2d_sin pos.fuzzy=maybe", "pos.fuzzy='maybe' must be true or false"),
 ]
 
 
@@ -47,6 +63,31 @@ def test_bad_training_input_is_a_user_error_and_leaves_no_run(override, message,
         train(make_config([*tiny_overrides, *override.split()]))
     logs = tmp_path / "logs"
     assert not logs.exists() or not list(logs.rglob("version_*")), "a run that never trained left a folder"
+
+
+def test_a_run_name_that_reads_as_a_number_is_a_name(make_config, tiny_overrides):
+    metrics = train(make_config([*tiny_overrides, "run_name=nan", "test_after_fit=false"]))
+    assert Path(metrics["log_dir"]).parent.name == "nan"
+
+
+BAD_COMPOSITION = [  # (arguments, words of the one error line): Hydra's errors, before Hydra reports them
+    (["data=nosuch"], "Could not find 'data/nosuch' Available options in 'data': cifar10 fashion_mnist"),
+    (["experiment=nosuch"], "Could not find 'experiment/nosuch'"),
+    (["model.nosuch=1"], "Could not override 'model.nosuch'. To append to your config use +model.nosuch=1"),
+    (["-m", "pos=none,nosuch"], "Could not find 'pos/nosuch' Available options in 'pos': 1d_learned"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_COMPOSITION, ids=[" ".join(a) for a, _ in BAD_COMPOSITION])
+def test_composition_errors_are_one_line(args, message, tmp_path, capsys):
+    from vitpos.__main__ import check_composes
+
+    with pytest.raises(SystemExit) as stop:
+        check_composes([*args, f"paths.log_dir={tmp_path / 'logs'}"])
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert "Config search path" not in lines[0] and not (tmp_path / "logs").exists()
 
 
 def test_cli_prints_one_error_line_with_exit_code_2(tmp_path):

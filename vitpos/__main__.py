@@ -14,9 +14,9 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
-from vitpos.config import CONFIG_DIR, finetune_config
+from vitpos.config import CONFIG_DIR, compose_train_config, finetune_config
 from vitpos.console import quiet_third_party
-from vitpos.errors import VitposError
+from vitpos.errors import ConfigError, VitposError
 from vitpos.errors import report as report_error
 from vitpos.train import train
 
@@ -45,8 +45,44 @@ def run_job_as_its_own_command() -> dict:
         return json.loads(metrics_file.read_text())
 
 
+HYDRA_FLAGS_WITH_OWN_OUTPUT = ("-h", "--help", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion")
+
+
+def check_composes(argv: list[str]) -> None:
+    """Compose the config as Hydra will, so that a composition error (an unknown option of a config
+    group, a key the config does not have) ends as one `error:` line with exit status 2 instead of
+    Hydra's multi-line report. A sweep (`-m key=a,b`) is checked at its first values; Hydra's own
+    settings (`hydra.*`, `hydra/...`) and flags are left to Hydra."""
+    if any(arg.split("=")[0] in HYDRA_FLAGS_WITH_OWN_OUTPUT for arg in argv):
+        return
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = [arg for arg in argv if not arg.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra"))]
+    variants = [overrides]
+    if any(arg in ("-m", "--multirun") for arg in argv):  # each value of a config-group sweep (pos=a,b,c)
+        def is_sweep(o):
+            return "," in o.split("=", 1)[-1] and not o.split("=", 1)[-1].startswith("[")
+        first = [o.split(",")[0] if is_sweep(o) else o for o in overrides]
+        variants = [first] + [first[:i] + [f"{o.split('=', 1)[0]}={value}"] + first[i + 1:]
+                              for i, o in enumerate(overrides) if is_sweep(o) and "." not in o.split("=", 1)[0]
+                              for value in o.split("=", 1)[1].split(",")[1:]]
+    for variant in variants:
+        try:
+            compose_train_config(variant)
+        except (HydraException, OmegaConfBaseException) as error:
+            message = " ".join(str(error).split("Config search path")[0].split())  # Hydra's lines as one
+            sys.exit(report_error(ConfigError(message)))
+
+
+def main() -> float | None:
+    """`python train.py` / `python -m vitpos`: the config checked, then Hydra's run."""
+    check_composes(sys.argv[1:])
+    return hydra_main()
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def hydra_main(cfg: DictConfig) -> float | None:
     quiet_third_party()
     try:
         if HydraConfig.get().mode == RunMode.MULTIRUN and relaunches_command_line(cfg.trainer):

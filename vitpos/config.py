@@ -21,15 +21,21 @@ def compose_train_config(overrides: list[str] = ()):
 
 def instantiate(config, **kwargs):
     """`hydra.utils.instantiate`, re-raising a user error from the target as itself (Hydra wraps
-    it in an InstantiationException with a traceback); every CLI builds objects through it."""
+    it in an InstantiationException with a traceback), and Lightning's check of its own arguments
+    (`MisconfigurationException`, e.g. trainer.max_epochs=-5) as a one-line ConfigError; every CLI
+    builds objects through it."""
     import hydra
     from hydra.errors import InstantiationException
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     try:
         return hydra.utils.instantiate(config, **kwargs)
     except InstantiationException as error:
         if isinstance(error.__cause__, VitposError):
             raise error.__cause__ from None
+        if isinstance(error.__cause__, MisconfigurationException):
+            target = str(config.get("_target_", "")).rsplit(".", 1)[-1]
+            raise ConfigError(f"{target}: {' '.join(str(error.__cause__).split())}") from None
         raise
 
 

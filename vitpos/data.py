@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .errors import ConfigError, DataNotFoundError
+from .errors import ConfigError, DataNotFoundError, check_setting, is_integer
 from .image_folder import load_image_tree
 from .model import image_size
 
@@ -242,6 +242,8 @@ class ImageDataModule(L.LightningDataModule):
                                 for size in train_img_sizes or [self.img_size]]
         self.batch_by_tokens = batch_by_tokens
         self.batch_size = batch_size
+        check_setting("data.num_workers", num_workers, is_integer(num_workers) and num_workers >= 0,
+                      "be a whole number >= 0 (DataLoader worker processes), e.g. data.num_workers=0")
         self.num_workers = num_workers
         self.augment = augment
         self.crop_padding = crop_padding

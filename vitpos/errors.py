@@ -20,6 +20,20 @@ class NonFiniteLossError(VitposError, FloatingPointError):
     """The training loss became NaN or infinite (on any rank)."""
 
 
+def is_integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_setting(setting: str, value, valid: bool, must: str) -> None:
+    """Raise `setting=value must <must>` as a ConfigError unless `valid`."""
+    if not valid:
+        raise ConfigError(f"{setting}={value!r} must {must}")
+
+
 def report(error: Exception) -> int:
     """Print `error` as the one `error:` line the CLIs show; return their exit status."""
     print(f"error: {error}", file=sys.stderr)

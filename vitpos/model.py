@@ -18,7 +18,7 @@ from timm.models import named_apply
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch import Tensor, nn
 
-from .errors import ConfigError
+from .errors import ConfigError, check_setting, is_integer, is_number
 from .pos import Grid, create_pos
 
 ATTN_IMPLS = ("auto", "sdpa", "math")
@@ -146,6 +146,13 @@ class VisionTransformer(nn.Module):
                  pool: str = "gap", attn_impl: str = "auto", attn_temperature: str = "none",
                  temperature_ref_size: int | tuple[int, int] | None = None, pos_kwargs: dict | None = None):
         super().__init__()
+        for name, value in (("patch_size", patch_size), ("in_chans", in_chans), ("num_classes", num_classes),
+                            ("dim", dim), ("depth", depth), ("num_heads", num_heads)):
+            check_setting(f"model.{name}", value, is_integer(value) and value > 0, "be a positive integer")
+        check_setting("model.mlp_ratio", mlp_ratio, is_number(mlp_ratio) and mlp_ratio > 0,
+                      "be a positive number (the MLP's hidden width / dim), e.g. model.mlp_ratio=4")
+        check_setting("model.drop_path_rate", drop_path_rate, is_number(drop_path_rate) and 0 <= drop_path_rate < 1,
+                      "be a number with 0 <= drop_path_rate < 1, e.g. model.drop_path_rate=0.1")
         img_size = image_size(img_size)
         ref_size = image_size(temperature_ref_size, f"model.temperature_ref_size={temperature_ref_size!r}") \
             if temperature_ref_size is not None else img_size

@@ -15,7 +15,7 @@ from torch import Tensor
 from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from .errors import ConfigError, NonFiniteLossError
+from .errors import ConfigError, NonFiniteLossError, check_setting, is_integer, is_number
 from .model import create_model
 
 
@@ -66,6 +66,11 @@ class ImageClassifier(L.LightningModule):
                 raise ConfigError(f"optim.{name}={value!r} must be a non-negative number")
         if isinstance(check_finite_every, bool) or not isinstance(check_finite_every, int) or check_finite_every < 1:
             raise ConfigError(f"optim.check_finite_every={check_finite_every!r} must be a positive integer")
+        check_setting("optim.warmup_steps", warmup_steps, is_integer(warmup_steps), "be a whole number of steps")
+        check_setting("optim.label_smoothing", label_smoothing, label_smoothing < 1,
+                      "be below 1 (the target's share moved to the other classes), e.g. optim.label_smoothing=0.1")
+        check_setting("optim.min_lr_ratio", min_lr_ratio, is_number(min_lr_ratio) and 0 <= min_lr_ratio <= 1,
+                      "be a number in [0, 1] (the final lr as a fraction of optim.lr), e.g. optim.min_lr_ratio=0.01")
         self.save_hyperparameters()
         self.model = create_model(**model)
         if compile not in (False, True, *COMPILE_MODES):

@@ -28,7 +28,7 @@ from .callbacks import (
 )
 from .config import instantiate
 from .data import ImageDataModule
-from .errors import ConfigError
+from .errors import ConfigError, check_setting, is_integer
 from .model import VisionTransformer, as_built, image_size
 from .module import ImageClassifier
 from .precision import bf16_supported, device_description, resolve_precision
@@ -154,6 +154,14 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
     return path
 
 
+def check_run_settings(cfg: DictConfig) -> None:
+    """The top-level settings of train.yaml that no constructor checks."""
+    check_setting("seed", cfg.seed, is_integer(cfg.seed), "be an integer, e.g. seed=0")
+    check_setting("checkpoint_every_n_steps", cfg.checkpoint_every_n_steps,
+                  is_integer(cfg.checkpoint_every_n_steps) and cfg.checkpoint_every_n_steps > 0,
+                  "be a positive number of optimizer steps between last.ckpt saves, e.g. checkpoint_every_n_steps=500")
+
+
 def check_writable(folder: Path) -> None:
     """Fail before training when the log folder cannot be written."""
     try:
@@ -182,6 +190,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     With `cfg.finetune_from`, the checkpoint's model (architecture and weights) is converted to
     `cfg.img_size` with the scheme's resize rule (`cfg.resize_mode`) and trained from there.
     """
+    check_run_settings(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     trained_size = None
     datamodule: ImageDataModule = instantiate(cfg.data)
@@ -208,7 +217,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             module.model.grid_for(size)  # every training size must divide into patches
         run_name = f"{run_name}_train{sizes_tag(datamodule.train_img_sizes)}"
     # Runs of one study share <log_dir>/<experiment>/; names start with the scheme and stay distinct by seed.
-    run_name = cfg.run_name or f"{run_name}_seed{cfg.seed}"
+    run_name = str(cfg.run_name) if cfg.run_name is not None else f"{run_name}_seed{cfg.seed}"  # run_name=nan: a name
     log_root = Path(cfg.paths.log_dir, cfg.experiment) if cfg.get("experiment") else Path(cfg.paths.log_dir)
     resume_from = resume_checkpoint(cfg, log_root, run_name, module) if cfg.resume else None
     version = int(resume_from.parent.parent.name.removeprefix("version_")) if resume_from else None
