@@ -154,6 +154,18 @@ def test_compare_cli_errors_are_one_line(tmp_path):
     assert result.stderr.startswith("error: no such log folder")
 
 
+def test_compare_says_which_runs_it_left_out(three_runs, tmp_path, capsys):
+    root = tmp_path / "left_out"
+    shutil.copytree(three_runs[0]["log_dir"], root / "done" / "version_0")
+    training = root / "training" / "version_0"
+    training.mkdir(parents=True)
+    with SummaryWriter(training) as writer:
+        writer.add_scalar("val/acc", 0.5, 1)
+    rows = compare(root, out=tmp_path / "out")
+    assert len(rows) == 1 and rows[0]["n"] == 1
+    assert "note: left out 1 unfinished run(s) (no results.json): training/version_0" in capsys.readouterr().out
+
+
 def test_images_per_second_is_the_runs_own_figure(three_runs, tmp_path):
     """compare reports the img/s that the run's closing summary printed and results.json holds."""
     rows = compare(three_runs[0]["log_dir"], out=tmp_path / "out")

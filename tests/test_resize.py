@@ -477,6 +477,16 @@ def test_load_model_with_a_temperature_measures_it_from_the_training_size(scheme
     assert load_model(scheme_ckpts["rope_axial"], img_size=64).temperature(model.grid) == 1.0
 
 
+def test_evaluate_reads_but_never_writes_into_an_unfinished_run(real_run_copy, tmp_path, capsys):
+    run = real_run_copy.parent.parent
+    (run / "results.json").unlink()  # as a run still training
+    assert evaluate_main([f"ckpt={real_run_copy}", "img_sizes=[32]", f"out={tmp_path / 'eval'}", "batch_size=64",
+                          "limit=64"]) == 0
+    assert "has not finished (no results.json)" in capsys.readouterr().out
+    assert not list(run.glob("*.resolution"))  # no events written into the run
+    assert read_csv(tmp_path / "eval" / "resolution.csv")[0]["img_size"] == "32px"
+
+
 def test_evaluate_cli_missing_checkpoint_is_one_error_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "vitpos.evaluate", "ckpt=/nonexistent"], cwd=tmp_path,
                             capture_output=True, text=True, env=subprocess_env(), timeout=300)
@@ -572,7 +582,18 @@ def test_missing_checkpoint(tmp_path):
 
 
 CORRUPT = "cannot read checkpoint"
-CORRUPT_FIX = "use another checkpoint"
+CORRUPT_FIX = "no other checkpoint is beside it"  # each of these tests' folder holds the one file
+
+
+def test_a_corrupt_last_checkpoint_names_the_best_one_beside_it(tmp_path):
+    for name in ("best-epoch2-step30.ckpt", "best-epoch9-step90.ckpt"):
+        (tmp_path / name).write_bytes(b"a checkpoint")
+    last = tmp_path / "last.ckpt"
+    last.write_bytes(b"garbage")
+    with pytest.raises(ConfigError) as error:
+        load_model(last)
+    best = tmp_path / "best-epoch9-step90.ckpt"
+    assert_one_line(error, CORRUPT, str(last), f"use {best} beside it", f"resume={best}")
 
 
 @pytest.mark.parametrize("fraction", [0.0, 1e-5, 0.01, 0.5, 0.999])

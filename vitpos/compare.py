@@ -59,6 +59,12 @@ def run_folders(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob(RESULTS_FILE) if any(p.parent.glob("events.out.tfevents*")))
 
 
+def unfinished_runs(root: Path) -> list[Path]:
+    """Run folders under `root` with training events but no results.json (still training, or stopped)."""
+    return sorted({p.parent for p in root.rglob("events.out.tfevents*")
+                   if p.parent.name.startswith("version_") and not (p.parent / RESULTS_FILE).is_file()})
+
+
 def summarize(run: Path, root: Path) -> dict:
     """One row per run: its hparams (the group key), accuracies, speed and transfer accuracies."""
     config = yaml.safe_load((run / "config.yaml").read_text())
@@ -145,6 +151,11 @@ def compare(root: str | Path, data: str | None = None, img_size: int | str | Non
     if not root.is_dir():
         raise ConfigError(f"no such log folder: {root}; pass the TensorBoard root, e.g. logs/")
     runs = [summarize(run, root) for run in run_folders(root)]
+    unfinished = unfinished_runs(root)
+    if unfinished:
+        names = ", ".join(str(run.relative_to(root)) for run in unfinished[:5])
+        names += " ..." if len(unfinished) > 5 else ""
+        print(f"note: left out {len(unfinished)} unfinished run(s) (no {RESULTS_FILE}): {names}")
     runs = [r for r in runs
             if (data is None or r["data"] == data) and (img_size is None or str(r["img_size"]) == str(img_size))]
     if not runs:

@@ -37,7 +37,7 @@ from .plots import pyplot
 from .pos import get_pos_class
 from .precision import bf16_supported
 from .resize import load_model, read_checkpoint
-from .runs import find_checkpoints, run_dir, run_label, size_tag
+from .runs import RESULTS_FILE, find_checkpoints, run_dir, run_label, size_tag
 
 DEFAULTS = dict(ckpt=None, img_sizes=[32, 48, 64], resize_mode=None, attn_temperature=None, split="test", limit=None,
                 batch_size=256, data=None, data_dir=None, out="logs/evaluate", device="auto")
@@ -145,10 +145,18 @@ def conversion_label(mode, temperature) -> str:
 
 
 def _tensorboard_writer(path: Path):
+    """A writer into the checkpoint's run, or None: a loose file has no run, and a run that has not
+    finished (no results.json: still training, or stopped) is only read, never written into."""
     from torch.utils.tensorboard import SummaryWriter
 
     run = run_dir(path)
-    return SummaryWriter(log_dir=str(run), filename_suffix=".resolution") if run else None
+    if run is None:
+        return None
+    if not (run / RESULTS_FILE).is_file():
+        print(f"note: {run_label(path)} has not finished (no {RESULTS_FILE}): its checkpoint {path.name} is "
+              f"evaluated, nothing is logged into the run", flush=True)
+        return None
+    return SummaryWriter(log_dir=str(run), filename_suffix=".resolution")
 
 
 def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, limit: int | None = None) -> None:

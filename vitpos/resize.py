@@ -9,7 +9,7 @@ from timm.layers import to_2tuple
 
 from .errors import ConfigError
 from .model import VisionTransformer, create_model
-from .runs import find_checkpoints
+from .runs import checkpoint_step, find_checkpoints
 
 
 def checkpoint_file(spec: str | Path) -> Path:
@@ -34,8 +34,11 @@ def read_checkpoint(path: str | Path) -> dict:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # unpickling garbage raises almost any exception type
+        others = sorted((p for p in path.parent.glob("*.ckpt") if p != path), key=checkpoint_step)
+        instead = (f"use {others[-1]} beside it (to continue a run from it: resume={others[-1]})" if others else
+                   "no other checkpoint is beside it: train again (without resume)")
         raise ConfigError(f"cannot read checkpoint {path} (corrupt or truncated? {type(error).__name__}); "
-                          f"use another checkpoint, e.g. last.ckpt or the best-*.ckpt beside it") from None
+                          f"{instead}") from None
     if not isinstance(checkpoint, dict) or "model" not in checkpoint.get("hyper_parameters", {}):
         raise ConfigError(f"{path} is not a vitpos checkpoint (no model hyper-parameters); "
                           f"use a .ckpt written by train.py")
