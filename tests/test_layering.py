@@ -67,6 +67,27 @@ print("ok")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
+def test_no_private_attribute_of_another_object_and_no_override_of_a_private_method():
+    """No `x._name` on anything but `self` / `cls` (e.g. a tensor's `_version`), and no method named
+    like a private method of torch's Module or Lightning's classes (e.g. `_apply`): both are torch's
+    or Lightning's internals, which change between releases."""
+    import lightning as L
+    import torch
+
+    private = {name for cls in (torch.nn.Module, L.LightningModule, L.LightningDataModule, L.Callback)
+               for name in dir(cls) if name.startswith("_") and not name.startswith("__")}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            # (`_target_` / `_partial_` are Hydra's config keys, not private names)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.endswith("_"):
+                assert isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"), \
+                    f"{path.name}:{node.lineno} reads {node.attr} of another object"
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef):
+                        assert item.name not in private, f"{path.name}:{item.lineno} overrides {item.name}"
+
+
 def test_no_private_attribute_of_torch_or_lightning():
     """Public APIs only: no `torch.<...>._name` / `lightning.<...>._name` access or import."""
     for path in PACKAGE.rglob("*.py"):

@@ -134,10 +134,10 @@ def test_mixed_resolution_steps_train_the_native_state(pos):
 
 
 @pytest.mark.parametrize("pos", FIXED_TABLES)
-def test_fixed_tables_are_non_persistent_buffers(pos):
+def test_fixed_schemes_save_no_state(pos):
+    """A fixed scheme's tables are derived from the grid (non-persistent buffers, or computed)."""
     model = make(pos)
     assert list(model.pos.parameters()) == []
-    assert len(list(model.pos.buffers())) > 0
     assert not [key for key in model.state_dict() if key.startswith("pos.")]
 
 

@@ -218,14 +218,21 @@ def test_cpb_larger_grid_uses_the_same_mlp_without_resampling():
 
 
 def test_cpb_bias_is_cached_in_eval_and_follows_parameter_changes():
-    model = build("cpb", 32, dim=16, num_heads=2)
+    model = build("cpb", 32, dim=16, num_heads=2).eval()
     with torch.no_grad():
         first = model.pos.bias(0, (12, 12))
-        assert model.pos.bias(0, (12, 12)) is first  # cached while gradients are off
+        assert model.pos.bias(0, (12, 12)) is first  # memoised: eval mode, gradients off
+    model.train()  # as Lightning between validations: the optimizer changes the MLP in place
+    with torch.no_grad():
         model.pos.layers[0][2].weight.mul_(10)
+    model.eval()
+    with torch.no_grad():
         changed = model.pos.bias(0, (12, 12))
     assert changed is not first and (changed - first).abs().max() > 1e-3
-    trained = model.pos.bias(0, (12, 12))
+    model.pos.load_state_dict(model.pos.state_dict())  # loading a state dict drops the memo too
+    with torch.no_grad():
+        assert model.pos.bias(0, (12, 12)) is not changed
+    trained = model.train().pos.bias(0, (12, 12))
     assert trained.requires_grad  # recomputed with gradients in training
     torch.testing.assert_close(trained.detach(), changed)
 

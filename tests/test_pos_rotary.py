@@ -167,9 +167,9 @@ def test_rope_axial_angles_are_fp32_under_autocast_and_in_a_bf16_model():
         assert q_rot.dtype == torch.bfloat16
         assert bf16_rotation_error(q_rot, x.float(), grid, 100.0) < BF16_ROTATION_TOLERANCE
 
-    # a model cast to bf16 keeps its cached angles in fp32
+    # a model cast to bf16 keeps its angles in fp32 (it has no buffer a cast could round)
     model = build("rope_axial", 64, dim=32).to(torch.bfloat16)
-    assert model.pos.cached.dtype == torch.float32
+    assert not list(model.pos.buffers()) and not list(model.pos.parameters())
     assert model.pos.angles(0, grid).dtype == torch.float32 and model.pos.angles(0, (4, 4)).dtype == torch.float32
     q_rot, _ = model.pos.rotate(0, x, x, grid)
     assert q_rot.dtype == torch.bfloat16
@@ -178,8 +178,9 @@ def test_rope_axial_angles_are_fp32_under_autocast_and_in_a_bf16_model():
     with torch.no_grad():
         for size in (64, 48):
             assert model(torch.randn(1, 3, size, size, dtype=torch.bfloat16)).dtype == torch.bfloat16
-    # and back to fp32: the same table as a model that never was bf16
-    torch.testing.assert_close(model.float().pos.cached, build("rope_axial", 64, dim=32).pos.cached, atol=0, rtol=0)
+    # and back to fp32: the same angles as a model that never was bf16
+    torch.testing.assert_close(model.float().pos.angles(0, grid), build("rope_axial", 64, dim=32).pos.angles(0, grid),
+                               atol=0, rtol=0)
 
 
 def test_rope_mixed_angles_are_fp32_under_autocast_and_in_a_bf16_model():
@@ -211,11 +212,15 @@ def test_rope_mixed_frequencies_get_gradients(size, pool):
 
 
 def test_rope_mixed_learning_a_frequency_changes_the_scores():
-    model = build("rope_mixed", (12, 20), dim=32)
+    model = build("rope_mixed", (12, 20), dim=32).eval()
     with torch.no_grad():
-        before = rotated_scores(model.pos, 0, (3, 5))  # angles cached while gradients are off
+        before = rotated_scores(model.pos, 0, (3, 5))  # angles memoised: eval mode, gradients off
+    model.train()  # a training step changes the frequencies in place: the memo goes with the mode change
+    with torch.no_grad():
         model.pos.freqs[0, 0] += 0.3  # f_x of layer 0, in place (as an optimizer step)
-        cached = rotated_scores(model.pos, 0, (3, 5))  # the cache follows the in-place change
+    model.eval()
+    with torch.no_grad():
+        cached = rotated_scores(model.pos, 0, (3, 5))
     after = rotated_scores(model.pos, 0, (3, 5))  # recomputed with gradients on
     torch.testing.assert_close(cached, after)
     assert (after - before).abs().max() > 1e-2

@@ -12,6 +12,7 @@ Conventions:
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -57,25 +58,30 @@ class PositionalEncoding(nn.Module):
         self.resize_mode = resize_mode or (self.resize_modes[0] if self.resize_modes else None)
         self.ref_grid = (int(ref_grid[0]), int(ref_grid[1])) if ref_grid else self.grid
         self._per_grid_cache: dict = {}
+        self.register_load_state_dict_post_hook(lambda module, incompatible_keys: module.forget_grids())
 
     def per_grid(self, key, compute: Callable[[], Tensor]) -> Tensor:
-        """Memoise a tensor derived for another grid (e.g. a resampled table) while gradients are
-        off (evaluation): recomputed when a parameter changes in place or the module moves or
-        changes dtype (`_apply`)."""
-        if torch.is_grad_enabled():
+        """Memoise a tensor derived for another grid (e.g. a resampled table) while the model
+        evaluates (eval mode, gradients off): valid until the module's mode changes (`train()` /
+        `eval()`), a state dict is loaded, `forget_grids()` is called, or the scheme's tensors move to
+        another device or dtype. (An in-place edit of a parameter in eval mode under `no_grad`
+        needs `forget_grids()`.)"""
+        if torch.is_grad_enabled() or self.training:
             return compute()
-        tensors = [*self.parameters(), *self.buffers()]
-        version = tuple(t._version for t in tensors), tuple(t.device for t in tensors[:1])
+        anchor = next(itertools.chain(self.parameters(), self.buffers()), None)
+        where = None if anchor is None else (anchor.device, anchor.dtype)
         hit = self._per_grid_cache.get(key)
-        if hit is None or hit[0] != version:
-            hit = self._per_grid_cache[key] = (version, compute())
+        if hit is None or hit[0] != where:
+            hit = self._per_grid_cache[key] = (where, compute())
         return hit[1]
 
-    def _apply(self, fn, *args, **kwargs):
-        # `.to(dtype)`, `.half()`, `.cuda()`, ... may replace parameters without bumping their
-        # version, so the per-grid cache would outlive them: drop it.
+    def forget_grids(self) -> None:
+        """Drop every tensor `per_grid` memoised."""
         self._per_grid_cache.clear()
-        return super()._apply(fn, *args, **kwargs)
+
+    def train(self, mode: bool = True) -> PositionalEncoding:
+        self.forget_grids()  # training changes parameters: what was derived from them goes
+        return super().train(mode)
 
     def check_resize_mode(self, mode: str | None) -> None:
         if mode is None:
@@ -95,7 +101,7 @@ class PositionalEncoding(nn.Module):
         new_grid = (int(grid[0]), int(grid[1]))
         self.resize_state(new_grid)
         self.grid = new_grid
-        self._per_grid_cache.clear()
+        self.forget_grids()
         self.rebuild_buffers()
         return self.init_kwargs()
 

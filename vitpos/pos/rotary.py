@@ -123,12 +123,13 @@ class RotaryEncoding(PositionalEncoding):
         """The nominal lowest frequency theta^(-(K-1)/K), K = head_dim/4 (NTK's end of the band)."""
         return band_range(self.theta, self.head_dim // 4)
 
-    def angles(self, layer: int, grid: Grid) -> Tensor:
-        """fp32 angle of every channel pair at every token: (N, head_dim/2) or (heads, N, head_dim/2)."""
+    def angles(self, layer: int, grid: Grid, device=None) -> Tensor:
+        """fp32 angle of every channel pair at every token: (N, head_dim/2) or (heads, N, head_dim/2),
+        on `device` (default: the scheme's parameters', else the CPU)."""
         raise NotImplementedError
 
     def rotate(self, layer: int, q: Tensor, k: Tensor, grid: Grid) -> tuple[Tensor, Tensor]:
-        angles = self.angles(layer, grid)
+        angles = self.angles(layer, grid, q.device)
         return HalfLayoutRotation.apply(q, angles), HalfLayoutRotation.apply(k, angles)
 
     def init_kwargs(self) -> dict:
@@ -145,8 +146,9 @@ class RopeAxial(RotaryEncoding):
     k = 0..head_dim/4 - 1 (the same for every head and layer; no parameters).
 
     `theta` = 100 by default, as in RoPE-ViT (their `rope_theta`); docs/DESIGN.md says why not 10000.
-    The angles of the built grid are a non-persistent fp32 buffer that stays fp32 when the model is
-    cast to bf16 (see `_apply`); other grids are recomputed (cached while gradients are off).
+    No parameters and no buffers: the angles are computed in fp32 for the input's grid and device
+    (a few hundred products per layer), so casting the model to bf16 leaves them fp32; memoised per
+    grid while the model evaluates.
 
     Args:
         theta: frequency base.
@@ -157,7 +159,6 @@ class RopeAxial(RotaryEncoding):
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float = 100.0,
                  resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
         super().__init__(dim, num_heads, depth, grid, theta, resize_mode=resize_mode, ref_grid=ref_grid)
-        self.register_buffer("cached", self._compute(self.grid), persistent=False)  # (N, head_dim/2)
 
     def _compute(self, grid: Grid, device=None) -> Tensor:
         """Angles (H*W, head_dim/2) in fp32, or (B, 1, H*W, head_dim/2) with fuzzy offsets: row
@@ -168,23 +169,11 @@ class RopeAxial(RotaryEncoding):
         angles = torch.cat([rows[..., None] * row_bands, cols[..., None] * col_bands], dim=-1)
         return angles if angles.dim() == 2 else angles.unsqueeze(1)  # (B, N, hd/2) -> (B, 1, N, hd/2): all heads
 
-    def angles(self, layer: int, grid: Grid) -> Tensor:
+    def angles(self, layer: int, grid: Grid, device=None) -> Tensor:
         if self.jitter is not None and self.training:
-            return self._compute(grid, device=self.cached.device)
-        if tuple(grid) == self.grid:
-            return self.cached
-        return self.per_grid(tuple(grid), lambda: self._compute(grid, device=self.cached.device))
+            return self._compute(grid, device=device)
+        return self.per_grid((tuple(grid), torch.device(device or "cpu")), lambda: self._compute(grid, device=device))
 
-    def rebuild_buffers(self) -> None:
-        self.cached = self._compute(self.grid, device=self.cached.device)
-
-    def _apply(self, fn, *args, **kwargs):
-        # `.to(bf16)` / `.half()` cast every floating buffer; the angles must stay fp32, so rebuild
-        # them (as timm's rotary modules rebuild their frequency bands).
-        module = super()._apply(fn, *args, **kwargs)
-        if self.cached.dtype != torch.float32:
-            self.cached = self._compute(self.grid, device=self.cached.device)
-        return module
 
 @register("rope_mixed")
 class RopeMixed(RotaryEncoding):
@@ -223,7 +212,7 @@ class RopeMixed(RotaryEncoding):
         # (..., 1, N, 1) * (heads, 1, head_dim/2) -> (heads, N, head_dim/2), or (B, heads, N, head_dim/2)
         return cols[..., None, :, None] * freq_x[:, None] + rows[..., None, :, None] * freq_y[:, None]
 
-    def angles(self, layer: int, grid: Grid) -> Tensor:
+    def angles(self, layer: int, grid: Grid, device=None) -> Tensor:
         if self.jitter is not None and self.training:
             return self._compute(layer, grid)
         return self.per_grid((layer, tuple(grid)), lambda: self._compute(layer, grid))
