@@ -58,7 +58,7 @@ class PositionalEncoding(nn.Module):
         self.resize_mode = resize_mode or (self.resize_modes[0] if self.resize_modes else None)
         self.ref_grid = (int(ref_grid[0]), int(ref_grid[1])) if ref_grid else self.grid
         self._per_grid_cache: dict = {}
-        self.register_load_state_dict_post_hook(lambda module, incompatible_keys: module.forget_grids())
+        self.register_load_state_dict_post_hook(forget_grids_after_load)
 
     def per_grid(self, key, compute: Callable[[], Tensor]) -> Tensor:
         """Memoise a tensor derived for another grid (e.g. a resampled table) while the model
@@ -164,6 +164,11 @@ class PositionalEncoding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"grid={self.grid}"
+
+
+def forget_grids_after_load(scheme: PositionalEncoding, incompatible_keys) -> None:
+    """load_state_dict post-hook (a module-level function: ddp_spawn pickles the model)."""
+    scheme.forget_grids()
 
 
 def axis_positions(grid: Grid, ref_grid: Grid, mode: str, device=None) -> tuple[Tensor, Tensor]:

@@ -193,8 +193,8 @@ class Alibi2d(PositionalEncoding):
 
     A bias of the distance alone is symmetric and relative, defined for any grid: nothing to resize
     (`resize_modes` = ()); larger grids simply have larger distances, as longer texts do in ALiBi.
-    The built grid's bias is a non-persistent buffer; other grids are computed (and cached while
-    gradients are off).
+    The built grid's bias is a non-persistent buffer; other grids are computed (memoised while
+    the model evaluates).
 
     Args:
         bias_max: exponent range of the slopes (8 in ALiBi).

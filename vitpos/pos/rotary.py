@@ -184,7 +184,7 @@ class RopeMixed(RotaryEncoding):
     direction per head and layer, half along the perpendicular one. Excluded from weight decay.
 
     Angles depend on the parameters, so they are recomputed every training step (cheap: N x heads x
-    head_dim/2 per layer) and cached per grid while gradients are off. Other grids: the learned
+    head_dim/2 per layer) and memoised per grid while the model evaluates. Other grids: the learned
     frequencies applied to the new grid's positions; nothing is resampled.
 
     Args:
