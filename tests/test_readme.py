@@ -1,6 +1,7 @@
 """README's commands paste: every `python train.py ...` and `python -m vitpos.<tool> ...` line of its
-code blocks composes with Hydra or parses with the tool's options as written (no placeholder, no
-glob), so a README command cannot drift from the code. Nothing is trained or evaluated."""
+code blocks, and every such command inline in its prose that is not a usage form (`<arg>`,
+`[option=...]`), composes with Hydra or parses with the tool's options as written (no placeholder,
+no glob), so a README command cannot drift from the code. Nothing is trained or evaluated."""
 from __future__ import annotations
 
 import importlib
@@ -14,10 +15,18 @@ from conftest import compose_config
 ROOT = Path(__file__).resolve().parents[1]
 
 
+TEMPLATE = re.compile(r"<|\.\.\.|\s\|\s|\[[a-z]")  # a usage form in prose: <arg>, ..., a | b, [option=...]
+
+
 def readme_commands() -> list[str]:
-    """The commands of README.md's code blocks: continuation lines joined, comments dropped."""
+    """The commands of README.md's code blocks (continuation lines joined, comments dropped) and the
+    inline ones of its prose that are commands rather than usage forms (TEMPLATE)."""
     commands, in_block, pending = [], False, ""
-    for line in (ROOT / "README.md").read_text().splitlines():
+    text = (ROOT / "README.md").read_text()
+    for line in text.splitlines():
+        if not in_block and not line.startswith("```"):
+            commands += [span for span in re.findall(r"`(python (?:train\.py|-m vitpos)[^`]*)`", line)
+                         if not TEMPLATE.search(span)]
         if line.startswith("```"):
             in_block, pending = not in_block, ""
             continue
