@@ -135,12 +135,12 @@ def test_unknown_attention_temperature_is_one_config_error():
 
 
 def test_fuzzy_schemes():
-    assert fuzzy_schemes() == ["1d_learned", "2d_sin", "rope_axial", "rope_mixed"]
+    assert fuzzy_schemes() == ["1d_learned", "2d_learned", "2d_sin", "rope_axial", "rope_mixed"]
 
 
 @pytest.mark.parametrize("pos", sorted(set(list_pos()) - set(fuzzy_schemes())))
 def test_fuzzy_is_refused_where_there_are_no_coordinates(pos):
-    with pytest.raises(ConfigError, match=f"pos={pos} has no continuous coordinates.*1d_learned, 2d_sin"):
+    with pytest.raises(ConfigError, match=f"pos={pos} has no continuous coordinates.*1d_learned, 2d_learned, 2d_sin"):
         build(pos, 16, dim=32, num_heads=2, pos_kwargs={"fuzzy": True})
 
 
@@ -190,3 +190,13 @@ def test_fuzzy_1d_learned_reads_between_table_entries():
     table = pos.embedding[0].detach().reshape(2, 3, -1)
     expected = (0.75 * (0.5 * table[0, 0] + 0.5 * table[0, 1]) + 0.25 * (0.5 * table[1, 0] + 0.5 * table[1, 1]))
     assert torch.allclose(pos.table((2, 3))[0, 0], expected, atol=1e-6)
+
+
+def test_fuzzy_2d_learned_reads_each_axis_between_entries():
+    model = build("2d_learned", (8, 12), dim=32, num_heads=2, pos_kwargs={"fuzzy": True}).train()  # 2 x 3 grid
+    pos = model.pos
+    pos.jitter = torch.zeros(1, 6, 2)
+    pos.jitter[0, 4] = torch.tensor([-0.25, 0.5])  # token (1, 1) read at row 0.75, col 1.5
+    rows, cols = pos.rows.detach(), pos.cols.detach()
+    expected = torch.cat([0.25 * rows[0] + 0.75 * rows[1], 0.5 * cols[1] + 0.5 * cols[2]])
+    assert torch.allclose(pos.table((2, 3))[0, 4], expected, atol=1e-6)

@@ -15,8 +15,9 @@ positions 0..H'-1 (`extrapolate`) or at positions rescaled into the reference (t
 (`interpolate`, as in position interpolation); `2d_sin` also offers NTK-aware scaling and YaRN of
 each axis' frequencies (`ntk`, `yarn`, see `scaling.py`). All tables are made in fp32.
 
-Fuzzy training (`fuzzy`, ViTAR): `1d_learned` samples its table bilinearly (`grid_sample`) and
-`2d_sin` evaluates its sinusoids at every token's jittered (row, col).
+Fuzzy training (`fuzzy`, ViTAR): `1d_learned` samples its table bilinearly (`grid_sample`),
+`2d_learned` reads its row and column tables linearly between entries, and `2d_sin` evaluates its
+sinusoids at every token's jittered (row, col).
 """
 from __future__ import annotations
 
@@ -97,6 +98,7 @@ class Learned2d(AdditiveEncoding):
     """
 
     resize_modes = ("linear", "nearest")
+    supports_fuzzy = True
 
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "linear"):
         super().__init__(dim, num_heads, depth, grid, resize_mode)
@@ -115,8 +117,24 @@ class Learned2d(AdditiveEncoding):
         resized = F.interpolate(table.T[None], size=size, mode=mode, align_corners=align)  # (1, C, size)
         return resized[0].T
 
+    @staticmethod
+    def read_between(table: Tensor, positions: Tensor) -> Tensor:
+        """A table (L, C) read linearly at fractional `positions` (B, N): (B, N, C); beyond the ends
+        the edge entries are kept."""
+        positions = positions.clamp(0, table.shape[0] - 1)
+        below = positions.floor().long()
+        above = (below + 1).clamp(max=table.shape[0] - 1)
+        weight = (positions - below)[..., None].to(table.dtype)
+        return table[below] * (1 - weight) + table[above] * weight
+
     def table(self, grid: Grid) -> Tensor:
         height, width = grid
+        if self.jitter is not None and self.training:  # fuzzy: each image's tokens read between entries
+            rows = torch.arange(height, dtype=torch.float32, device=self.rows.device).repeat_interleave(width)
+            cols = torch.arange(width, dtype=torch.float32, device=self.rows.device).repeat(height)
+            rows, cols = self.jittered(rows, cols)  # (B, N) each
+            return torch.cat([self.read_between(self.resampled(self.rows, height, self.resize_mode), rows),
+                              self.read_between(self.resampled(self.cols, width, self.resize_mode), cols)], dim=-1)
         rows = self.resampled(self.rows, height, self.resize_mode)[:, None, :].expand(height, width, -1)
         cols = self.resampled(self.cols, width, self.resize_mode)[None, :, :].expand(height, width, -1)
         return torch.cat([rows, cols], dim=-1).reshape(height * width, self.dim)  # (H, W, D) -> (H*W, D)
