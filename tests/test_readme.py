@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import compose_config
 
+from vitpos.__main__ import sweep_variants
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,23 +52,6 @@ def test_readme_has_commands_of_every_kind():
     kinds = {" ".join(shlex.split(c)[:3]) if c.startswith("python -m") else "python train.py" for c in COMMANDS}
     assert {"python train.py", "python -m vitpos.compare", "python -m vitpos.evaluate",
             "python -m vitpos.figures"} <= kinds
-
-
-def is_sweep(override: str) -> bool:
-    value = override.split("=", 1)[1] if "=" in override else ""
-    return "," in value and not value.startswith("[")
-
-
-def sweep_variants(overrides: list[str]) -> list[list[str]]:
-    """A multirun's overrides as single runs: every value of each `key=a,b,c` sweep once (the
-    other sweeps at their first value)."""
-    first = [o.split(",")[0] if is_sweep(o) else o for o in overrides]
-    variants = [first]
-    for index, override in enumerate(overrides):
-        if is_sweep(override):
-            key, values = override.split("=", 1)
-            variants += [first[:index] + [f"{key}={value}"] + first[index + 1:] for value in values.split(",")[1:]]
-    return variants
 
 
 # the function each tool's main() hands its parsed options to (replaced: nothing runs)

@@ -48,26 +48,39 @@ def run_job_as_its_own_command() -> dict:
 HYDRA_FLAGS_WITH_OWN_OUTPUT = ("-h", "--help", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion")
 
 
+def is_sweep(override: str) -> bool:
+    """`key=a,b,c` sweeps (a list value `key=[a,b]` is one value)."""
+    value = override.split("=", 1)[1] if "=" in override else ""
+    return "," in value and not value.startswith("[")
+
+
+def sweep_variants(overrides: list[str], groups_only: bool = False) -> list[list[str]]:
+    """A multirun's overrides as single runs: every value of each sweep once (the other sweeps at
+    their first value); with `groups_only`, only config-group sweeps (`pos=a,b`, not `optim.lr=...`)
+    get their other values."""
+    first = [o.split(",")[0] if is_sweep(o) else o for o in overrides]
+    variants = [first]
+    for index, override in enumerate(overrides):
+        key, _, values = override.partition("=")
+        if is_sweep(override) and not (groups_only and "." in key):
+            variants += [first[:index] + [f"{key}={value}"] + first[index + 1:] for value in values.split(",")[1:]]
+    return variants
+
+
 def check_composes(argv: list[str]) -> None:
     """Compose the config as Hydra will, so that a composition error (an unknown option of a config
     group, a key the config does not have) ends as one `error:` line with exit status 2 instead of
-    Hydra's multi-line report. A sweep (`-m key=a,b`) is checked at its first values; Hydra's own
-    settings (`hydra.*`, `hydra/...`) and flags are left to Hydra."""
+    Hydra's multi-line report. A sweep (`-m key=a,b`) is checked at its first values and at every
+    value of a config-group sweep; Hydra's own settings (`hydra.*`, `hydra/...`) and flags are left
+    to Hydra."""
     if any(arg.split("=")[0] in HYDRA_FLAGS_WITH_OWN_OUTPUT for arg in argv):
         return
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     overrides = [arg for arg in argv if not arg.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra"))]
-    variants = [overrides]
-    if any(arg in ("-m", "--multirun") for arg in argv):  # each value of a config-group sweep (pos=a,b,c)
-        def is_sweep(o):
-            return "," in o.split("=", 1)[-1] and not o.split("=", 1)[-1].startswith("[")
-        first = [o.split(",")[0] if is_sweep(o) else o for o in overrides]
-        variants = [first] + [first[:i] + [f"{o.split('=', 1)[0]}={value}"] + first[i + 1:]
-                              for i, o in enumerate(overrides) if is_sweep(o) and "." not in o.split("=", 1)[0]
-                              for value in o.split("=", 1)[1].split(",")[1:]]
-    for variant in variants:
+    multirun = any(arg in ("-m", "--multirun") for arg in argv)
+    for variant in sweep_variants(overrides, groups_only=True) if multirun else [overrides]:
         try:
             compose_train_config(variant)
         except (HydraException, OmegaConfBaseException) as error:

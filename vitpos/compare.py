@@ -34,7 +34,7 @@ from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_DEFAULTS
 from .plots import pyplot
-from .runs import RESULTS_FILE, budget, devices, scheme_label, sizes_tag
+from .runs import FUZZY_SUFFIX, RESULTS_FILE, budget, devices, scheme_label, sizes_tag
 
 DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
 GROUP_BY = ("experiment", "pos", "data", "img_size", "train_sizes", "finetuned_from", "model", "lr", "batch_size",
@@ -195,19 +195,25 @@ def training_setting(row: dict) -> list[str]:
     return [f"trained at {sizes}", *([f"fine-tuned from {row['finetuned_from']}"] if finetuned else [])]
 
 
+def transfer_points(row: dict) -> dict[str, list[tuple[int, float, float]]]:
+    """A grouped row's transfer accuracies by mode (the tag suffix, "" for the scheme's default):
+    {mode: [(height, mean, std)]}, std 0.0 for one run."""
+    points: dict[str, list[tuple[int, float, float]]] = {}
+    for key, mean in row.items():
+        if key.startswith(TRANSFER_PREFIX) and key.endswith("_mean") and mean != "":
+            column = key.removesuffix("_mean")
+            height, mode = parse_transfer_column(column)
+            points.setdefault(mode, []).append((height, mean, row[f"{column}_std"] or 0.0))
+    return points
+
+
 def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows -> {scheme: [curve]}, a curve per group and resize mode evaluated at >= 2 sizes:
     `label`, `setting` (how it was trained), `mode` ("" for the scheme's default), `heights`, `means`,
     `stds` (n = 1: stds of 0)."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
-        by_mode: dict[str, list[tuple[int, float, float]]] = {}
-        for key, mean in row.items():
-            if key.startswith(TRANSFER_PREFIX) and key.endswith("_mean") and mean != "":
-                column = key.removesuffix("_mean")
-                height, mode = parse_transfer_column(column)
-                by_mode.setdefault(mode, []).append((height, mean, row[f"{column}_std"] or 0.0))
-        for mode, points in by_mode.items():
+        for mode, points in transfer_points(row).items():
             if len(points) < 2:
                 continue
             trained = ", ".join(training_setting(row))
@@ -228,16 +234,11 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     {} when no run has a temperature evaluation. Fuzzy-trained twins are filed under their scheme."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
-        points: dict[str, list[tuple[int, float, float]]] = {}
-        for key, mean in row.items():
-            if key.startswith(TRANSFER_PREFIX) and key.endswith("_mean") and mean != "":
-                column = key.removesuffix("_mean")
-                height, mode = parse_transfer_column(column)
-                points.setdefault(mode, []).append((height, mean, row[f"{column}_std"] or 0.0))
+        points = transfer_points(row)
         if not any(mode.endswith(TEMPERATURE_SUFFIX) for mode in points):
             continue
-        scheme = row["pos"].removesuffix("+fuzzy")
-        variant = "fuzzy" if row["pos"].endswith("+fuzzy") else \
+        scheme = row["pos"].removesuffix(FUZZY_SUFFIX)
+        variant = "fuzzy" if row["pos"].endswith(FUZZY_SUFFIX) else \
             f"mixed {row['train_sizes']}" if row["train_sizes"] != "-" else "exact"
         for label, mode_points in sorted(points.items()):
             mode = label.removesuffix(TEMPERATURE_SUFFIX).removesuffix("_")

@@ -32,11 +32,11 @@ from torchmetrics.classification import MulticlassAccuracy
 from .config import data_config, instantiate, parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
-from .model import ATTN_TEMPERATURES, image_size
+from .model import ATTN_TEMPERATURES, check_attn_temperature, image_size
 from .plots import pyplot
 from .pos import get_pos_class
 from .precision import bf16_supported
-from .resize import load_model, read_checkpoint
+from .resize import model_from_checkpoint, read_checkpoint
 from .runs import RESULTS_FILE, find_checkpoints, run_dir, run_label, size_tag
 
 DEFAULTS = dict(ckpt=None, img_sizes=[32, 48, 64], resize_mode=None, attn_temperature=None, split="test", limit=None,
@@ -90,8 +90,8 @@ def evaluate(ckpt, img_sizes, resize_mode=None, attn_temperature=None, split="te
     """Evaluate each checkpoint at each size; write the table, CSV and plot; return the rows."""
     if split not in ("test", "val"):
         raise ConfigError(f"split={split!r} must be test or val")
-    if attn_temperature is not None and attn_temperature not in ATTN_TEMPERATURES:
-        raise ConfigError(f"attn_temperature={attn_temperature!r} is not one of {', '.join(ATTN_TEMPERATURES)}")
+    if attn_temperature is not None:
+        check_attn_temperature(attn_temperature)
     device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                           "cpu" if device == "auto" else device)
     if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
@@ -114,12 +114,13 @@ def evaluate(ckpt, img_sizes, resize_mode=None, attn_temperature=None, split="te
             chosen, note = candidates[0], ""
             if len(candidates) > 1:
                 val_accs = {(mode, temperature): accuracy(
-                    load_model(path, size, mode, temperature).to(device), datamodule, "val", device, limit)
+                    model_from_checkpoint(checkpoint, size, mode, temperature).to(device), datamodule, "val", device,
+                    limit)
                     for mode, temperature in candidates}
                 chosen = max(val_accs, key=val_accs.get)  # the first of equals: candidates are in a fixed order
                 note = (f"  (best of {len(candidates)} on val: {conversion_label(*chosen)}, "
                         f"val acc {val_accs[chosen]:.4f})")
-            model = load_model(path, size, *chosen).to(device)
+            model = model_from_checkpoint(checkpoint, size, *chosen).to(device)  # the file is read once
             acc = accuracy(model, datamodule, split, device, limit)
             row = dict(run=run_label(path), pos=trained["pos"], trained_at=size_tag(trained["img_size"]),
                        img_size=size_tag(size), resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),

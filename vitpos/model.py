@@ -98,6 +98,12 @@ class Block(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
+def check_attn_temperature(value) -> None:
+    """A ConfigError unless `value` is one of ATTN_TEMPERATURES."""
+    if value not in ATTN_TEMPERATURES:
+        raise ConfigError(f"attn_temperature={value!r} is not one of {', '.join(ATTN_TEMPERATURES)}")
+
+
 def image_size(value, setting: str | None = None, example: str = "img_size=32") -> tuple[int, int]:
     """`value` (an int or an [H, W] pair) as a (H, W) tuple of positive ints, or a ConfigError that
     names the `setting` it came from (default `img_size=<value>`)."""
@@ -162,8 +168,7 @@ class VisionTransformer(nn.Module):
             raise ConfigError(f"pool={pool!r} is not one of {', '.join(POOLS)}")
         if attn_impl not in ATTN_IMPLS:
             raise ConfigError(f"attn_impl={attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
-        if attn_temperature not in ATTN_TEMPERATURES:
-            raise ConfigError(f"attn_temperature={attn_temperature!r} is not one of {', '.join(ATTN_TEMPERATURES)}")
+        check_attn_temperature(attn_temperature)
         if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float)) or not 0 <= drop_rate < 1:
             raise ConfigError(f"model.drop_rate={drop_rate!r} must be a number with 0 <= drop_rate < 1, "
                               f"e.g. model.drop_rate=0.1")
@@ -222,8 +227,7 @@ class VisionTransformer(nn.Module):
 
     def set_attn_temperature(self, attn_temperature: str) -> VisionTransformer:
         """Switch the attention temperature (`none` or `log`) of a built model, in place."""
-        if attn_temperature not in ATTN_TEMPERATURES:
-            raise ConfigError(f"attn_temperature={attn_temperature!r} is not one of {', '.join(ATTN_TEMPERATURES)}")
+        check_attn_temperature(attn_temperature)
         self.attn_temperature = self.config["attn_temperature"] = attn_temperature
         return self
 

@@ -22,10 +22,13 @@ def sizes_tag(sizes) -> str:
     return "-".join(size_tag(size).removesuffix("px") for size in sizes) + "px"
 
 
+FUZZY_SUFFIX = "+fuzzy"
+
+
 def scheme_label(pos_config) -> str:
     """The scheme as tables and HParams name it: `2d_sin`, or `2d_sin+fuzzy` when trained with fuzzy
     positions (its run folder says `2d_sin_fuzzy_...`)."""
-    return pos_config["name"] + ("+fuzzy" if pos_config.get("fuzzy") else "")
+    return pos_config["name"] + (FUZZY_SUFFIX if pos_config.get("fuzzy") else "")
 
 
 def budget(trainer: dict) -> str:

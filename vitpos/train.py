@@ -242,6 +242,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if trainer.local_rank == 0:
         datamodule.prepare_data()  # fail on missing data before a run folder is created
     datamodule.setup("fit")  # ... and on a split that cannot fill one batch
+    params = sum(p.numel() for p in module.model.parameters())
     if trainer.is_global_zero:
         check_writable(log_root)
         log_hparams(logger, hparams_row(cfg, module, datamodule, trained_size))
@@ -252,7 +253,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         print(f"vitpos: run {logger.log_dir} | pos={scheme_label(cfg.pos)} | {grid} grid "
               f"({size_tag(module.model.config['img_size'])}, patch {module.model.patch_size}){size_note} | "
               f"data={datamodule.name}{source_note} ({len(datamodule.train_set)} train, "
-              f"{len(datamodule.val_set)} val) | {sum(p.numel() for p in module.model.parameters()) / 1e6:.2f}M "
+              f"{len(datamodule.val_set)} val) | {params / 1e6:.2f}M "
               f"params | precision {trainer_cfg['precision']} on {device_description(trainer.strategy.root_device)}",
               flush=True)
         if trainer.strategy.root_device.type == "cpu" and not bf16_supported("cpu"):
@@ -274,7 +275,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         metrics.update({k: float(v) for k, v in results[0].items()})
     metrics["checkpoint"] = best.best_model_path or str(checkpoint_dir / "last.ckpt")
     metrics["log_dir"] = logger.log_dir
-    metrics["params"] = sum(p.numel() for p in module.model.parameters())
+    metrics["params"] = params
     metrics["data_source"] = datamodule.source or datamodule.name
     metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
     # the run's one throughput figure (summary, results.json, compare): training images over the fit's

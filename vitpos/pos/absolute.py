@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from timm.layers import build_sincos2d_pos_embed, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 
-from .base import Grid, PositionalEncoding, axis_positions, check_divisible
+from .base import Grid, PositionalEncoding, axis_positions, check_divisible, token_positions
 from .registry import register
 from .scaling import FREQUENCY_MODES, axis_frequencies, band_range
 
@@ -69,9 +69,7 @@ class Learned1d(AdditiveEncoding):
         height, width = grid
         table = self.embedding if tuple(grid) == self.grid else self.resampled(grid, self.resize_mode)
         table = table.reshape(1, height, width, self.dim).permute(0, 3, 1, 2)  # (1, H*W, D) -> (1, D, H, W)
-        rows = torch.arange(height, dtype=torch.float32, device=table.device).repeat_interleave(width)
-        cols = torch.arange(width, dtype=torch.float32, device=table.device).repeat(height)
-        rows, cols = self.jittered(rows, cols)  # (B, N) each
+        rows, cols = self.jittered(*token_positions(grid, device=table.device))  # (B, N) each
         # grid_sample's (x, y) in [-1, 1], corners at the outer patch centres (align_corners=True)
         where = torch.stack([2 * cols / max(width - 1, 1) - 1, 2 * rows / max(height - 1, 1) - 1], dim=-1)
         sampled = F.grid_sample(table.expand(len(where), -1, -1, -1), where[:, None].to(table.dtype),
@@ -130,9 +128,7 @@ class Learned2d(AdditiveEncoding):
     def table(self, grid: Grid) -> Tensor:
         height, width = grid
         if self.jitter is not None and self.training:  # fuzzy: each image's tokens read between entries
-            rows = torch.arange(height, dtype=torch.float32, device=self.rows.device).repeat_interleave(width)
-            cols = torch.arange(width, dtype=torch.float32, device=self.rows.device).repeat(height)
-            rows, cols = self.jittered(rows, cols)  # (B, N) each
+            rows, cols = self.jittered(*token_positions(grid, device=self.rows.device))  # (B, N) each
             return torch.cat([self.read_between(self.resampled(self.rows, height, self.resize_mode), rows),
                               self.read_between(self.resampled(self.cols, width, self.resize_mode), cols)], dim=-1)
         rows = self.resampled(self.rows, height, self.resize_mode)[:, None, :].expand(height, width, -1)
@@ -219,8 +215,7 @@ class Sincos2d(FixedSincos):
     def _compute(self, grid: Grid) -> Tensor:
         if self.resize_mode == "extrapolate":
             return build_sincos2d_pos_embed(list(grid), dim=self.dim, temperature=self.temperature)  # (H*W, D)
-        rows, cols = self.positions(grid)
-        return self.embed(rows.repeat_interleave(grid[1]), cols.repeat(grid[0]), grid)  # row-major tokens
+        return self.embed(*token_positions(grid, self.ref_grid, self.resize_mode), grid)
 
     def table(self, grid: Grid) -> Tensor:
         if self.jitter is not None and self.training:
@@ -229,9 +224,8 @@ class Sincos2d(FixedSincos):
 
     def fuzzy_table(self, grid: Grid) -> Tensor:
         """The sinusoids at every image's jittered token coordinates, (B, H*W, D)."""
-        rows, cols = axis_positions(grid, self.ref_grid, self.resize_mode, device=self.cached.device)
-        rows, cols = self.jittered(rows.repeat_interleave(grid[1]), cols.repeat(grid[0]))  # (B, N) each
-        return self.embed(rows, cols, grid).to(self.cached.dtype)
+        rows, cols = self.jittered(*token_positions(grid, self.ref_grid, self.resize_mode, device=self.cached.device))
+        return self.embed(rows, cols, grid).to(self.cached.dtype)  # rows, cols: (B, N) each
 
     def embed(self, rows: Tensor, cols: Tensor, grid: Grid) -> Tensor:
         """Token coordinates (..., N) each -> (..., N, D) in timm's layout [sin(row w), sin(col w),

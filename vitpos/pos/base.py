@@ -181,6 +181,14 @@ def axis_positions(grid: Grid, ref_grid: Grid, mode: str, device=None) -> tuple[
     return rows, cols
 
 
+def token_positions(grid: Grid, ref_grid: Grid | None = None, mode: str = "extrapolate",
+                    device=None) -> tuple[Tensor, Tensor]:
+    """`axis_positions` per token: the row and the column coordinate of every token, (H*W,) each in
+    row-major order (default: 0..H-1, 0..W-1)."""
+    rows, cols = axis_positions(grid, ref_grid or grid, mode, device=device)
+    return rows.repeat_interleave(grid[1]), cols.repeat(grid[0])  # (H,), (W,) -> (H*W,) each
+
+
 def check_divisible(scheme: str, dim: int, divisor: int, why: str) -> None:
     """Raise a clear error at construction instead of a silent broadcast later."""
     if dim % divisor:

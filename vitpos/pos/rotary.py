@@ -35,7 +35,7 @@ from timm.layers.pos_embed_sincos import freq_bands, init_random_2d_freqs
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .base import Grid, PositionalEncoding, axis_positions
+from .base import Grid, PositionalEncoding, token_positions
 from .registry import register
 from .scaling import FREQUENCY_MODES, axis_frequencies, axis_scale, band_range, rescale
 
@@ -116,8 +116,7 @@ class RotaryEncoding(PositionalEncoding):
     def positions(self, grid: Grid, device=None) -> tuple[Tensor, Tensor]:
         """Row and column coordinate of every token, (N,) each in row-major order, fp32, under the
         resize mode; (B, N) each with fuzzy offsets in training."""
-        rows, cols = axis_positions(grid, self.ref_grid, self.resize_mode, device=device)
-        return self.jittered(rows.repeat_interleave(grid[1]), cols.repeat(grid[0]))  # (H*W,) each, row-major
+        return self.jittered(*token_positions(grid, self.ref_grid, self.resize_mode, device=device))
 
     def lowest_frequency(self) -> float:
         """The nominal lowest frequency theta^(-(K-1)/K), K = head_dim/4 (NTK's end of the band)."""
