@@ -183,6 +183,14 @@ def test_rope_axial_angles_are_fp32_under_autocast_and_in_a_bf16_model():
                                atol=0, rtol=0)
 
 
+def test_rope_axial_angles_are_computed_once_per_grid_also_in_training():
+    model = build("rope_axial", 32, dim=32).train()
+    first = model.pos.angles(0, (8, 8))
+    assert model.pos.angles(1, (8, 8)) is first and model.pos.angles(0, (8, 8)) is first  # every layer, every step
+    assert model.pos.angles(0, (4, 6)) is not first
+    torch.testing.assert_close(first.double(), axial_angles((8, 8), 16, 100.0))
+
+
 def test_rope_mixed_angles_are_fp32_under_autocast_and_in_a_bf16_model():
     model = build("rope_mixed", 32, dim=32)
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -62,11 +62,12 @@ class PositionalEncoding(nn.Module):
 
     def per_grid(self, key, compute: Callable[[], Tensor]) -> Tensor:
         """Memoise a tensor derived for another grid (e.g. a resampled table) while the model
-        evaluates (eval mode, gradients off): valid until the module's mode changes (`train()` /
-        `eval()`), a state dict is loaded, `forget_grids()` is called, or the scheme's tensors move to
-        another device or dtype. (An in-place edit of a parameter in eval mode under `no_grad`
-        needs `forget_grids()`.)"""
-        if torch.is_grad_enabled() or self.training:
+        evaluates (eval mode, gradients off), and always for a scheme without parameters (nothing
+        training changes): valid until the module's mode changes (`train()` / `eval()`), a state
+        dict is loaded, `forget_grids()` is called, or the scheme's tensors move to another device or
+        dtype. (An in-place edit of a parameter in eval mode under `no_grad` needs `forget_grids()`.)"""
+        learned = next(self.parameters(), None) is not None
+        if learned and (torch.is_grad_enabled() or self.training):
             return compute()
         anchor = next(itertools.chain(self.parameters(), self.buffers()), None)
         where = None if anchor is None else (anchor.device, anchor.dtype)

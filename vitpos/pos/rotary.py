@@ -145,9 +145,9 @@ class RopeAxial(RotaryEncoding):
     k = 0..head_dim/4 - 1 (the same for every head and layer; no parameters).
 
     `theta` = 100 by default, as in RoPE-ViT (their `rope_theta`); docs/DESIGN.md says why not 10000.
-    No parameters and no buffers: the angles are computed in fp32 for the input's grid and device
-    (a few hundred products per layer), so casting the model to bf16 leaves them fp32; memoised per
-    grid while the model evaluates.
+    No parameters and no buffers: the angles are computed in fp32 for the input's grid and device,
+    so casting the model to bf16 leaves them fp32, and memoised per grid (`per_grid`): once for all
+    layers and steps.
 
     Args:
         theta: frequency base.
