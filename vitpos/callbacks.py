@@ -178,19 +178,20 @@ class RunClock:
 
     def __init__(self):
         self.started = self.first_step = None
+        self.total = 0
 
     def start(self, trainer: L.Trainer) -> None:
+        """At the start of training: the run's total steps, asked of Lightning once (the property
+        sets up the training data when the total is bounded by epochs)."""
         self.started, self.first_step = time.perf_counter(), trainer.global_step
-
-    def total(self, trainer: L.Trainer) -> int:
-        return int(trainer.estimated_stepping_batches)
+        self.total = int(trainer.estimated_stepping_batches)
 
     def eta(self, trainer: L.Trainer) -> str:
         """`h:mm:ss` left, or `?` before the first step."""
         done = trainer.global_step - (self.first_step or 0)
         if self.started is None or done <= 0:
             return "?"
-        left = (time.perf_counter() - self.started) / done * max(0, self.total(trainer) - trainer.global_step)
+        left = (time.perf_counter() - self.started) / done * max(0, self.total - trainer.global_step)
         return time.strftime("%H:%M:%S", time.gmtime(left)).removeprefix("00:")
 
 
@@ -265,17 +266,17 @@ class ProgressLog(LightningProgressBar):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.clock.start(trainer)
-        self._next = self._mark_after(trainer, trainer.global_step)
+        self._next = self._mark_after(trainer.global_step)
 
-    def _mark_after(self, trainer: L.Trainer, step: int) -> int:
-        interval = max(1, round(self.every * self.clock.total(trainer)))
+    def _mark_after(self, step: int) -> int:
+        interval = max(1, round(self.every * self.clock.total))
         return (step // interval + 1) * interval
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
-        step, total = trainer.global_step, self.clock.total(trainer)
+        step, total = trainer.global_step, self.clock.total
         if step < self._next and step < total:
             return
-        self._next = self._mark_after(trainer, step)
+        self._next = self._mark_after(step)
         if not (self.enabled and trainer.is_global_zero):
             return
         metrics = trainer.progress_bar_metrics
