@@ -2,6 +2,7 @@
 
 The same as `python -m vitpos ...` (vitpos/__main__.py); see vitpos/configs/train.yaml and README.md.
 """
+
 from vitpos.__main__ import main
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ taken round-robin over all models (so a drift of the machine's speed affects eve
   device-resident batches), each with the batched crop/flip/normalise on the device;
 - MFU: model FLOPs per image (counted on the meta device) x images/s / a matmul peak measured here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -132,16 +133,21 @@ def measure_all(builds: dict, args, device: torch.device, bf16: bool) -> dict:
             for _ in range(args.warmup):
                 steps[name][1]()
         except Exception as error:
-            print(f"  {name}: failed, left out "
-                  f"({type(error).__name__}: {str(error).splitlines()[0][:200]})", flush=True)
+            print(
+                f"  {name}: failed, left out ({type(error).__name__}: {str(error).splitlines()[0][:200]})", flush=True
+            )
             steps.pop(name, None)
             del rates[name]
     for _ in range(args.repeats):
         for name in steps:
             for kind, step in zip(("train", "eval"), steps[name]):
                 rates[name][kind].append(args.batch * args.steps / window(step, args.steps, device))
-    return {name: dict(train_img_s=statistics.median(r["train"]), eval_img_s=statistics.median(r["eval"]),
-                       peak_mem_mib=peaks[name]) for name, r in rates.items()}
+    return {
+        name: dict(
+            train_img_s=statistics.median(r["train"]), eval_img_s=statistics.median(r["eval"]), peak_mem_mib=peaks[name]
+        )
+        for name, r in rates.items()
+    }
 
 
 def flops_per_image(build) -> float:
@@ -171,8 +177,10 @@ class RandomCIFARShaped(ImageDataModule):
     def load(self, train: bool):
         count = 50_000 if train else 10_000
         generator = torch.Generator().manual_seed(int(train))
-        return (torch.randint(0, 256, (count, 3, 32, 32), dtype=torch.uint8, generator=generator),
-                torch.randint(0, 10, (count,), generator=generator))
+        return (
+            torch.randint(0, 256, (count, 3, 32, 32), dtype=torch.uint8, generator=generator),
+            torch.randint(0, 10, (count,), generator=generator),
+        )
 
 
 def loader_throughput(args, device: torch.device) -> dict[str, float]:
@@ -184,8 +192,9 @@ def loader_throughput(args, device: torch.device) -> dict[str, float]:
     sampler = ShardedSampler(len(train_set), shuffle=True)
     paths = {
         "dataloader": lambda: datamodule.train_dataloader(),
-        "device_resident": lambda: DeviceBatches(train_set.images.to(device), train_set.labels.to(device),
-                                                 sampler, args.batch, drop_last=True),
+        "device_resident": lambda: DeviceBatches(
+            train_set.images.to(device), train_set.labels.to(device), sampler, args.batch, drop_last=True
+        ),
     }
     rates = {}
     for name, make in paths.items():
@@ -203,8 +212,11 @@ def loader_throughput(args, device: torch.device) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None,
-                        help="the size of configs/model/<name>.yaml (vit_mini, vit_tiny, ...); default ViT-Ti/4")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="the size of configs/model/<name>.yaml (vit_mini, vit_tiny, ...); default ViT-Ti/4",
+    )
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5, help="steps per timed window")
     parser.add_argument("--warmup", type=int, default=3)
@@ -213,27 +225,41 @@ def main() -> None:
     parser.add_argument("--schemes", default=",".join(vitpos.list_pos()))
     parser.add_argument("--loader-images", type=int, default=20_000, help="0: no loader timing")
     parser.add_argument("--compile", action="store_true", help="also time vitpos 1d_learned under torch.compile")
-    parser.add_argument("--compile-modes", default="default",
-                        help="torch.compile modes to time with --compile, comma-separated (e.g. "
-                             "default,max-autotune-no-cudagraphs,reduce-overhead; the last uses CUDA graphs)")
+    parser.add_argument(
+        "--compile-modes",
+        default="default",
+        help="torch.compile modes to time with --compile, comma-separated (e.g. "
+        "default,max-autotune-no-cudagraphs,reduce-overhead; the last uses CUDA graphs)",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/<device>.json)")
     args = parser.parse_args()
     if args.model:
         path = CONFIG_DIR / "model" / f"{args.model}.yaml"
         if not path.is_file():
-            parser.error(f"--model {args.model}: no {path}; one of "
-                         f"{', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}")
+            parser.error(
+                f"--model {args.model}: no {path}; one of "
+                f"{', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}"
+            )
         MODEL.update({k: OmegaConf.load(path)[k] for k in SIZE_KEYS})
     device = torch.device(args.device)
     bf16 = bf16_supported(device.type) if args.precision == "auto" else args.precision == "bf16"
     torch.manual_seed(0)
 
     def build_timm():
-        return TimmViT(img_size=MODEL["img_size"], patch_size=MODEL["patch_size"], in_chans=MODEL["in_chans"],
-                       num_classes=MODEL["num_classes"], embed_dim=MODEL["dim"], depth=MODEL["depth"],
-                       num_heads=MODEL["num_heads"], mlp_ratio=MODEL["mlp_ratio"], class_token=False,
-                       global_pool="avg", fc_norm=False)
+        return TimmViT(
+            img_size=MODEL["img_size"],
+            patch_size=MODEL["patch_size"],
+            in_chans=MODEL["in_chans"],
+            num_classes=MODEL["num_classes"],
+            embed_dim=MODEL["dim"],
+            depth=MODEL["depth"],
+            num_heads=MODEL["num_heads"],
+            mlp_ratio=MODEL["mlp_ratio"],
+            class_token=False,
+            global_pool="avg",
+            fc_norm=False,
+        )
 
     def build_timm_plain_attention():
         # timm's own non-fused path (matmul-softmax-matmul): what the attention kernel alone buys timm
@@ -246,40 +272,57 @@ def main() -> None:
         return lambda: vitpos.create_model(pos, **MODEL)
 
     peak = matmul_peak(device, torch.bfloat16 if bf16 else torch.float32)
-    print(f"device {device} ({platform.processor() or platform.machine()}), threads {torch.get_num_threads()}, "
-          f"precision {'bf16-mixed' if bf16 else 'fp32'}, batch {args.batch}; "
-          f"measured matmul peak {peak / 1e12:.2f} TFLOP/s", flush=True)
+    print(
+        f"device {device} ({platform.processor() or platform.machine()}), threads {torch.get_num_threads()}, "
+        f"precision {'bf16-mixed' if bf16 else 'fp32'}, batch {args.batch}; "
+        f"measured matmul peak {peak / 1e12:.2f} TFLOP/s",
+        flush=True,
+    )
 
     def compiled(build, mode):
         def build_compiled():
             model = build()
             model.compile(mode=None if mode == "default" else mode)
             return model
+
         return build_compiled
 
-    candidates = [("timm (default)", build_timm), ("timm (plain attention)", build_timm_plain_attention),
-                  *((f"vitpos {p}", build_vitpos(p)) for p in args.schemes.split(","))]
+    candidates = [
+        ("timm (default)", build_timm),
+        ("timm (plain attention)", build_timm_plain_attention),
+        *((f"vitpos {p}", build_vitpos(p)) for p in args.schemes.split(",")),
+    ]
     if args.compile:
-        candidates += [(f"vitpos 1d_learned compiled {mode}", compiled(build_vitpos("1d_learned"), mode))
-                       for mode in args.compile_modes.split(",")]
+        candidates += [
+            (f"vitpos 1d_learned compiled {mode}", compiled(build_vitpos("1d_learned"), mode))
+            for mode in args.compile_modes.split(",")
+        ]
     builds = dict(candidates)
     rows = measure_all(builds, args, device, bf16)
     for name, result in rows.items():
-        result["flops_per_img"] = flops_per_image(build_timm if name.startswith("timm") else
-                                                  build_vitpos(name.split()[1]))
+        result["flops_per_img"] = flops_per_image(
+            build_timm if name.startswith("timm") else build_vitpos(name.split()[1])
+        )
         result["mfu"] = result["train_img_s"] * result["flops_per_img"] / peak
-        print(f"  {name:<24} train {result['train_img_s']:8.1f} img/s  eval {result['eval_img_s']:8.1f} img/s  "
-              f"peak mem {result['peak_mem_mib']:7.1f} MiB  MFU {100 * result['mfu']:5.1f}%", flush=True)
+        print(
+            f"  {name:<24} train {result['train_img_s']:8.1f} img/s  eval {result['eval_img_s']:8.1f} img/s  "
+            f"peak mem {result['peak_mem_mib']:7.1f} MiB  MFU {100 * result['mfu']:5.1f}%",
+            flush=True,
+        )
 
     loader = loader_throughput(args, device) if args.loader_images > 0 else {}
     none = rows.get("vitpos none", {}).get("train_img_s")
     timm_rate = rows["timm (default)"]["train_img_s"]
-    print("\n| model | train img/s | vs timm | vs none | eval img/s | peak MiB | MFU |"
-          "\n|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "\n| model | train img/s | vs timm | vs none | eval img/s | peak MiB | MFU |"
+        "\n|---|---:|---:|---:|---:|---:|---:|"
+    )
     for name, r in rows.items():
         versus_none = f"{r['train_img_s'] / none:.3f}" if none and name.startswith("vitpos") else "-"
-        print(f"| {name} | {r['train_img_s']:.1f} | {r['train_img_s'] / timm_rate:.2f}x | {versus_none} | "
-              f"{r['eval_img_s']:.1f} | {r['peak_mem_mib']:.0f} | {100 * r['mfu']:.1f}% |")
+        print(
+            f"| {name} | {r['train_img_s']:.1f} | {r['train_img_s'] / timm_rate:.2f}x | {versus_none} | "
+            f"{r['eval_img_s']:.1f} | {r['peak_mem_mib']:.0f} | {100 * r['mfu']:.1f}% |"
+        )
     if "vitpos 1d_learned" in rows:
         print(f"\nvitpos 1d_learned / timm default: {rows['vitpos 1d_learned']['train_img_s'] / timm_rate:.2f}x")
     best = max(r["train_img_s"] for n, r in rows.items() if n.startswith("vitpos"))
@@ -288,11 +331,24 @@ def main() -> None:
 
     out = Path(args.out or f"benchmarks/results/{device.type}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(
-        device=str(device), processor=platform.processor() or platform.machine(), threads=torch.get_num_threads(),
-        torch=torch.__version__, precision="bf16-mixed" if bf16 else "fp32", batch=args.batch, model=MODEL,
-        model_name=args.model,
-        matmul_peak_flops=peak, models=rows, loader_img_s=loader), indent=2))
+    out.write_text(
+        json.dumps(
+            dict(
+                device=str(device),
+                processor=platform.processor() or platform.machine(),
+                threads=torch.get_num_threads(),
+                torch=torch.__version__,
+                precision="bf16-mixed" if bf16 else "fp32",
+                batch=args.batch,
+                model=MODEL,
+                model_name=args.model,
+                matmul_peak_flops=peak,
+                models=rows,
+                loader_img_s=loader,
+            ),
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
 
 

@@ -20,6 +20,7 @@ mkdir -p .gpu_carry/whl
 $PY -m pip wheel -q --no-deps -w .gpu_carry/whl $PINS
 install -m 644 "$SOURCE" .gpu_carry/cifar10-jpeg.tar.gz
 bytes=$( { git ls-files -z -co --exclude-standard; find .gpu_carry -type f -print0; } | xargs -0 stat -c %s | paste -sd+ | bc)
+# shellcheck disable=SC2012  # wheel names: ls lists them as they are
 echo "built .gpu_carry/: $(ls .gpu_carry/whl | tr '\n' ' ')+ cifar10-jpeg.tar.gz"
 echo "travels: $((bytes / 1024 / 1024)) MiB of 64 MiB (checkout + .gpu_carry/)"
 [ "$bytes" -le $((64 * 1024 * 1024)) ] || { echo "error: over 64 MiB: carry less or ignore large untracked files" >&2; exit 1; }

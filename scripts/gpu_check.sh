@@ -104,7 +104,7 @@ with tarfile.open(sys.argv[1], "w:gz") as archive:
 EOF
 fi
 CIFAR10=$(realpath "$CIFAR10") CACHE=$WORK/cache LOGS=$WORK/logs
-SLUG=$(echo "$GPU" | tr -cs 'A-Za-z0-9' '_' | sed 's/_$//' | tr 'A-Z' 'a-z')
+SLUG=$(echo "$GPU" | tr -cs 'A-Za-z0-9' '_' | sed 's/_$//' | tr '[:upper:]' '[:lower:]')
 OUT_DIR=${OUT_DIR:-benchmarks/results/$SLUG}
 mkdir -p "$OUT_DIR"
 LOG=$OUT_DIR/check.log
@@ -121,7 +121,8 @@ report() {  # step [planned epochs]: its figures into the output folder, and sum
 step() {  # name, budget in seconds, command...: run under timeout, log, remember failures, go on
   local name=$1 budget=$2; shift 2
   say "$name (budget $budget s): $*"
-  local start=$(date +%s) rc=0
+  local start rc=0
+  start=$(date +%s)
   timeout -k 15 "$budget" "$@" >> "$LOG" 2>&1 || rc=$?
   local status=ok
   case $rc in 0) ;; 124|137) status=TIMEOUT; FAILED+=("$name") ;; *) status="FAILED(rc $rc)"; FAILED+=("$name") ;; esac
@@ -146,28 +147,31 @@ else
   say "gpu_util: skipped ($([ $SMOKE = 1 ] && echo 'CPU smoke run' || echo 'no nvidia-smi'))"
 fi
 # decode the CIFAR-10 copy into the cache while the tests run (the training jobs then load tensors)
-$PY -c "import sys; from vitpos.image_folder import load_image_tree; load_image_tree(sys.argv[1], sys.argv[2], (32, 32))" \
+$PY -c "import sys; from vitpos.data import load_image_tree; load_image_tree(sys.argv[1], sys.argv[2], (32, 32))" \
   "$CIFAR10" "$CACHE" >> "$LOG" 2>&1 &
 DECODE=$!
-QUIET="trainer.enable_progress_bar=false figures_at_end=false data.root=$CIFAR10 data.cache_dir=$CACHE"
+QUIET="trainer.enable_progress_bar=false callbacks.figures=null data.root=$CIFAR10 data.cache_dir=$CACHE"
 
 # --- a. the device tests --------------------------------------------------------------------------
-step tests $B_TESTS $PY -m pytest -q -p no:cacheprovider tests/test_device.py
+# shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
+step tests "$B_TESTS" $PY -m pytest -q -p no:cacheprovider tests/test_device.py
 report tests
 wait $DECODE || say "decode: FAILED (see $LOG); the training steps decode the copy themselves"
 
 # --- b. throughput: vitpos vs timm at equal size, eager, then compiled ------------------------------
 for model in vit_mini vit_tiny; do
-  step "throughput_${model}_eager" $B_EAGER $PY benchmarks/throughput.py --device $DEVICE --model $model \
-    --batch $TBATCH --steps $TSTEPS --warmup 2 --repeats $TREPEATS --schemes none,1d_learned \
-    --loader-images $([ $model = vit_mini ] && echo $((TBATCH * 40)) || echo 0) --out "$WORK/throughput_${model}_eager.json"
+  # shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
+  step "throughput_${model}_eager" "$B_EAGER" $PY benchmarks/throughput.py --device "$DEVICE" --model "$model" \
+    --batch "$TBATCH" --steps "$TSTEPS" --warmup 2 --repeats "$TREPEATS" --schemes none,1d_learned \
+    --loader-images "$([ "$model" = vit_mini ] && echo $((TBATCH * 40)) || echo 0)" --out "$WORK/throughput_${model}_eager.json"
   report throughput
 done
 if [ -n "$MODES" ]; then
   for model in vit_mini vit_tiny; do
-    step "throughput_${model}_compiled" $B_COMPILED $PY benchmarks/throughput.py --device $DEVICE --model $model \
-      --batch $TBATCH --steps $TSTEPS --warmup 3 --repeats $TREPEATS --schemes 1d_learned --loader-images 0 \
-      --compile --compile-modes $MODES --out "$WORK/throughput_${model}_compiled.json"
+    # shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
+    step "throughput_${model}_compiled" "$B_COMPILED" $PY benchmarks/throughput.py --device "$DEVICE" --model "$model" \
+      --batch "$TBATCH" --steps "$TSTEPS" --warmup 3 --repeats "$TREPEATS" --schemes 1d_learned --loader-images 0 \
+      --compile --compile-modes "$MODES" --out "$WORK/throughput_${model}_compiled.json"
     report throughput
   done
 else
@@ -181,28 +185,34 @@ WORKERS=$(( (NCPU + JOBS - 1) / JOBS ))   # RandAugment's DataLoader workers per
 [ $SMOKE = 1 ] && WORKERS=0
 say "ablation: ${JOBS} runs at once, ${C_EPOCHS} epochs planned (the schedule's length), fit stopped after" \
     "$((B_ABLATION - C_MARGIN)) s if not done; ${WORKERS} DataLoader workers each"
-step ablation $B_ABLATION env OMP_NUM_THREADS=1 $PY train.py -m hydra/launcher=joblib hydra.launcher.n_jobs=$JOBS \
-  experiment=cifar10_schh "pos=$SCHEMES" seed=0 trainer=$TRAINER trainer.max_epochs=$C_EPOCHS \
-  trainer.max_time=$(hms $((B_ABLATION - C_MARGIN))) data.num_workers=$WORKERS $QUIET $TOY \
-  paths.log_dir=$LOGS/ablation hydra.sweep.dir=$LOGS/ablation/hydra
-report ablation $C_EPOCHS
+# shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
+step ablation "$B_ABLATION" env OMP_NUM_THREADS=1 $PY train.py -m hydra/launcher=joblib hydra.launcher.n_jobs="$JOBS" \
+  experiment=cifar10_schh "pos=$SCHEMES" seed=0 trainer="$TRAINER" trainer.max_epochs="$C_EPOCHS" \
+  trainer.max_time="$(hms $((B_ABLATION - C_MARGIN)))" data.num_workers="$WORKERS" $QUIET $TOY \
+  paths.log_dir="$LOGS/ablation" hydra.sweep.dir="$LOGS/ablation/hydra"
+report ablation "$C_EPOCHS"
 
 # --- d. the strongest CIFAR-10 ViT that fits (<= 10M parameters) -----------------------------------
 STRONGEST_POS=${STRONGEST_POS:-rel_shaw}
-step strongest $B_STRONGEST $PY train.py experiment=cifar10 pos=$STRONGEST_POS seed=0 trainer=$TRAINER \
-  trainer.max_epochs=$D_EPOCHS trainer.max_time=$(hms $((B_STRONGEST - D_MARGIN))) \
-  data.num_workers=$([ $SMOKE = 1 ] && echo 0 || echo $((NCPU - 2))) $QUIET $TOY paths.log_dir=$LOGS/strongest
-report strongest $D_EPOCHS
+# shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
+step strongest "$B_STRONGEST" $PY train.py experiment=cifar10 pos="$STRONGEST_POS" seed=0 trainer="$TRAINER" \
+  trainer.max_epochs="$D_EPOCHS" trainer.max_time="$(hms $((B_STRONGEST - D_MARGIN)))" \
+  data.num_workers="$([ $SMOKE = 1 ] && echo 0 || echo $((NCPU - 2)))" $QUIET $TOY paths.log_dir="$LOGS/strongest"
+report strongest "$D_EPOCHS"
 
 # --- e. step c's checkpoints at 32/48/64 px, and a DDP launch over all visible devices -------------
-step transfer $B_EVAL $PY -m vitpos.evaluate ckpt=$LOGS/ablation/cifar10_schh img_sizes=[32,48,64] device=$DEVICE \
-  out=$WORK/evaluate $EVAL
+# shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
+step transfer "$B_EVAL" $PY -m vitpos.evaluate ckpt="$LOGS/ablation/cifar10_schh" "img_sizes=[32,48,64]" \
+  device="$DEVICE" out="$WORK/evaluate" $EVAL
 report transfer
-step ddp $B_DDP $PY train.py data=synthetic model=vit_micro pos=rel_bias $DDP trainer.max_steps=$DDP_STEPS \
-  run_name=ddp_check figures_at_end=false trainer.enable_progress_bar=false paths.log_dir=$LOGS/ddp
+# shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
+step ddp "$B_DDP" $PY train.py data=synthetic model=vit_micro pos=rel_bias $DDP trainer.max_steps="$DDP_STEPS" \
+  run_name=ddp_check callbacks.figures=null trainer.enable_progress_bar=false paths.log_dir="$LOGS/ddp"
 report ddp
 
+# shellcheck disable=SC2012  # the output folder holds the files this script names
 files=$(ls "$OUT_DIR" | wc -l)
+# shellcheck disable=SC2012
 say "output: $files files in $OUT_DIR ($(ls "$OUT_DIR" | tr '\n' ' '))"
 if [ ${#FAILED[@]} -gt 0 ]; then
   say "FAILED steps: ${FAILED[*]}"

@@ -61,15 +61,17 @@ read -ra MIXED_LISTS <<< "$MIXED_SIZES"    # split on spaces without globbing th
 STUDY=$LOGS/$EXPERIMENT
 FINETUNED=$LOGS/$FT_EXPERIMENT
 TWO_MODES=" 1d_sin 2d_sin rope_axial rope_mixed "   # schemes with an extrapolate/interpolate choice
-QUIET="trainer.enable_progress_bar=false figures_at_end=false"
+QUIET="trainer.enable_progress_bar=false callbacks.figures=null"
 
 # a finished run: results.json and its best checkpoint (a run whose checkpoint is gone is trained again)
 finished() { compgen -G "$1/version_*/results.json" > /dev/null && compgen -G "$1/version_*/checkpoints/best-*.ckpt" > /dev/null; }
+# shellcheck disable=SC2012  # run folders and checkpoints: names vitpos writes
 latest() { ls -d "$1"/version_* 2> /dev/null | sort -V | tail -n 1; }
 # continue an interrupted run (its newest version has last.ckpt and no results.json) instead of restarting it
 resume_arg() { local v; v=$(latest "$1"); [ -n "$v" ] && [ -f "$v/checkpoints/last.ckpt" ] && [ ! -f "$v/results.json" ] && echo resume=true || true; }
 # the newest best checkpoint of the newest version (a best file is written only when validation improves;
 # an interrupted run can leave an earlier one behind); sort -V orders version_9 < version_10, epoch9 < epoch12
+# shellcheck disable=SC2012  # run folders and checkpoints: names vitpos writes
 best() { ls "$1"/version_*/checkpoints/best-*.ckpt | sort -V | tail -n 1; }
 say() { echo "[study $(date +%H:%M:%S)] $*"; }
 
@@ -77,11 +79,12 @@ evaluate() {  # run folder, scheme[, sizes, output prefix, modes]: no-fine-tune 
   local version mode sizes=${3:-$SIZES} prefix=${4:-transfer} modes=${5:-default interpolate}
   version=$(dirname "$(dirname "$(best "$1")")")
   for mode in $modes; do
-    [ $mode = default ] || [[ $TWO_MODES == *" $2 "* ]] || continue
+    [ "$mode" = default ] || [[ $TWO_MODES == *" $2 "* ]] || continue
     [ -f "$version/${prefix}_$mode/resolution.csv" ] && continue
     say "evaluate $version ($mode, $sizes)"
+    # shellcheck disable=SC2046  # no resize_mode argument for the default mode
     python -m vitpos.evaluate ckpt="$(best "$1")" img_sizes="$sizes" \
-      out="$version/${prefix}_$mode" $([ $mode = default ] || echo resize_mode=$mode)
+      out="$version/${prefix}_$mode" $([ "$mode" = default ] || echo "resize_mode=$mode")
   done
 }
 
@@ -92,6 +95,7 @@ runs() {
       run=$STUDY/${pos}_${RUN_TAG}_seed$seed
       if ! finished "$run"; then
         say "train $run"
+        # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
         python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
           $(resume_arg "$run")
       fi
@@ -107,6 +111,7 @@ fuzzy() {
       run=$STUDY/${pos}_fuzzy_${RUN_TAG}_seed$seed
       if ! finished "$run"; then
         say "train $run"
+        # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
         python train.py experiment=$EXPERIMENT pos="$pos" pos.fuzzy=true seed="$seed" paths.log_dir="$LOGS" \
           $DATA_ARGS $QUIET $(resume_arg "$run")
       fi
@@ -130,16 +135,17 @@ EOF
                $(for sizes in "${MIXED_LISTS[@]}"; do for pos in ${MIXED_SCHEMES//,/ }; do
                    echo "$STUDY/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed"; done; done); do
       finished "$run" || continue
-      pos=$(basename "$run"); pos=${pos%%_fuzzy_*}; pos=${pos%%_${RUN_TAG}_*}
+      pos=$(basename "$run"); pos=${pos%%_fuzzy_*}; pos=${pos%%_"${RUN_TAG}"_*}
       version=$(dirname "$(dirname "$(best "$run")")")
       for mode in ${modes[$pos]:-default}; do    # default: a scheme with nothing to resize
         for temperature in none log; do
           label=$mode$([ $temperature = log ] && echo _tlog || true)
           [ -f "$version/extrapolation/$label/resolution.csv" ] && continue
           say "extrapolate $version ($label, $EXTRAP_SIZES)"
+          # shellcheck disable=SC2046  # no resize_mode argument for the default mode
           python -m vitpos.evaluate ckpt="$(best "$run")" img_sizes="$EXTRAP_SIZES" attn_temperature=$temperature \
             limit="$EXTRAP_LIMIT" \
-            out="$version/extrapolation/$label" $([ $mode = default ] || echo resize_mode=$mode)
+            out="$version/extrapolation/$label" $([ "$mode" = default ] || echo "resize_mode=$mode")
         done
       done
     done
@@ -154,6 +160,7 @@ finetune() {
       finished "$run" || continue
       finished "$FINETUNED/${pos}_${FT_TAG}_seed$seed" && continue
       say "fine-tune $run at 2x"
+      # shellcheck disable=SC2086  # none or several words: $DATA_ARGS, $QUIET
       python train.py experiment=$FT_EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
         finetune_from="$(best "$run")"
     done
@@ -170,6 +177,7 @@ mixed() {
         run=$STUDY/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed
         if ! finished "$run"; then
           say "train $run"
+          # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
           python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
             train_img_sizes="$sizes" batch_by_tokens=true $(resume_arg "$run")
         fi

@@ -1,4 +1,5 @@
 """Shared fixtures: a Hydra config composed exactly as `train.py` does, shrunk for CPU tests."""
+
 from __future__ import annotations
 
 import os
@@ -20,11 +21,17 @@ def pytest_configure(config):
 def compose_config(overrides: list[str], tmp_path: Path) -> DictConfig:
     """Compose configs/train.yaml with `overrides`, logging and data under `tmp_path`."""
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose(config_name="train", overrides=[
-            f"paths.log_dir={tmp_path / 'logs'}", f"paths.data_dir={tmp_path / 'data'}",
-            "trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0",
-            *overrides,
-        ])
+        return compose(
+            config_name="train",
+            overrides=[
+                f"paths.log_dir={tmp_path / 'logs'}",
+                f"paths.data_dir={tmp_path / 'data'}",
+                "trainer.accelerator=cpu",
+                "trainer.enable_progress_bar=false",
+                "trainer.num_sanity_val_steps=0",
+                *overrides,
+            ],
+        )
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +53,16 @@ def make_config(tmp_path):
 @pytest.fixture
 def tiny_overrides() -> list[str]:
     """A micro model on a small synthetic set: a full train+test run takes a few seconds."""
-    return ["data=synthetic", "model=vit_micro", "data.num_train=640", "data.num_test=128", "data.val_size=128",
-            "data.batch_size=64", "trainer.max_steps=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
-            "trainer.precision=32-true", "figures_at_end=false"]
+    return [
+        "data=synthetic",
+        "model=vit_micro",
+        "data.num_train=640",
+        "data.num_test=128",
+        "data.val_size=128",
+        "data.batch_size=64",
+        "trainer.max_steps=2",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "trainer.precision=32-true",
+        "callbacks.figures=null",
+    ]

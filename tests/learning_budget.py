@@ -2,14 +2,25 @@
 shapes, so `none` (a bag of patches under average pooling) cannot beat chance (25%) while schemes
 with a position signal can. Same budget for every scheme, fixed seeds. The schemes are split over
 two test files so that `pytest -n 2 --dist loadfile` trains them on both workers at once."""
+
 from __future__ import annotations
 
 from conftest import compose_config
 
 from vitpos.train import train
 
-BUDGET = ["data=synthetic", "model=vit_micro", "data.num_train=2560", "data.val_size=256", "data.num_test=512",
-          "trainer.max_epochs=30", "optim.lr=2e-3", "optim.warmup_steps=20", "seed=42", "figures_at_end=false"]
+BUDGET = [
+    "data=synthetic",
+    "model=vit_micro",
+    "data.num_train=2560",
+    "data.val_size=256",
+    "data.num_test=512",
+    "trainer.max_epochs=30",
+    "optim.lr=2e-3",
+    "scheduler.warmup_steps=20",
+    "seed=42",
+    "callbacks.figures=null",
+]
 CHANCE_CEILING = 0.35  # 4 classes: 25% plus the spread of 512 test images
 LEARNED_FLOOR = 0.8
 

@@ -1,6 +1,7 @@
 """Helpers shared by the test_pos_* files: a small model of a scheme, and checks that a
 quantity depends only on the 2D offset between tokens (on rectangular grids, so a swapped H/W or a
 grid inferred with sqrt(N) shows up)."""
+
 from __future__ import annotations
 
 import torch
@@ -12,8 +13,17 @@ PATCH = 4
 
 def build(pos: str, img_size, dim: int = 16, depth: int = 2, num_heads: int = 2, seed: int = 0, **kwargs):
     torch.manual_seed(seed)
-    return vitpos.create_model(pos, img_size=img_size, num_classes=10, in_chans=3, dim=dim, depth=depth,
-                               num_heads=num_heads, patch_size=PATCH, **kwargs)
+    return vitpos.create_model(
+        pos,
+        img_size=img_size,
+        num_classes=10,
+        in_chans=3,
+        dim=dim,
+        depth=depth,
+        num_heads=num_heads,
+        patch_size=PATCH,
+        **kwargs,
+    )
 
 
 def offsets(grid):

@@ -1,5 +1,6 @@
 """Every bad input a user has been seen to try ends in one `error:` line naming the fix (exit 2),
 with no traceback and no run folder left behind."""
+
 from __future__ import annotations
 
 import gzip
@@ -44,21 +45,25 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("model.mlp_ratio=0", "model.mlp_ratio=0 must be a positive number"),
     ("model.drop_path_rate=1.5", "model.drop_path_rate=1.5 must be a number with 0 <= drop_path_rate < 1"),
     ("model.attn_temperature=cubic", "attn_temperature='cubic' is not one of none, log"),
-    ("optim.label_smoothing=1.5", "optim.label_smoothing=1.5 must be below 1"),
-    ("optim.min_lr_ratio=2", "optim.min_lr_ratio=2 must be a number in .0, 1."),
-    ("optim.warmup_steps=2.5", "optim.warmup_steps=2.5 must be a whole number of steps"),
+    ("loss.label_smoothing=1.5", "loss.label_smoothing=1.5 must be below 1"),
+    ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio=2 must be a number in .0, 1."),
+    ("scheduler.warmup_steps=2.5", "scheduler.warmup_steps=2.5 must be a whole number of steps"),
     ("data.num_workers=-1", "data.num_workers=-1 must be a whole number >= 0"),
     ("seed=abc", "seed='abc' must be an integer"),
     ("checkpoint_every_n_steps=0", "checkpoint_every_n_steps=0 must be a positive number of optimizer steps"),
     ("trainer.max_epochs=-5", "Trainer: `max_epochs` must be a non-negative integer or -1"),
     ("pos=rel_bias pos.fuzzy=true", "pos=rel_bias has no continuous coordinates"),
     ("pos=2d_sin pos.fuzzy=maybe", "pos.fuzzy='maybe' must be true or false"),
+    ("optim.lr=abc", "optim.lr='abc' must be a non-negative number"),
+    ("optim.betas=[2,0.9]", "optim: Invalid beta parameter at index 0: 2"),
+    ("check_finite_every=0", "check_finite_every=0 must be a positive number of steps"),
+    ("callbacks.best_checkpoint.mode=up", "ModelCheckpoint: `mode` can be"),
+    ("loss.mixup_alpha=-1", "loss.mixup_alpha=-1 must be a non-negative number"),
 ]
 
 
 @pytest.mark.parametrize("override, message", BAD_TRAINING, ids=[o for o, _ in BAD_TRAINING])
-def test_bad_training_input_is_a_user_error_and_leaves_no_run(override, message, make_config, tiny_overrides,
-                                                              tmp_path):
+def test_bad_training_input_is_a_user_error_and_leaves_no_run(override, message, make_config, tiny_overrides, tmp_path):
     with pytest.raises(VitposError, match=message.replace("(", r"\(")):
         train(make_config([*tiny_overrides, *override.split()]))
     logs = tmp_path / "logs"
@@ -75,6 +80,12 @@ BAD_COMPOSITION = [  # (arguments, words of the one error line): Hydra's errors,
     (["experiment=nosuch"], "Could not find 'experiment/nosuch'"),
     (["model.nosuch=1"], "Could not override 'model.nosuch'. To append to your config use +model.nosuch=1"),
     (["-m", "pos=none,nosuch"], "Could not find 'pos/nosuch' Available options in 'pos': 1d_learned"),
+    (["logger=nosuch"], "Could not find 'logger/nosuch' Available options in 'logger': csv tensorboard"),
+    (["callbacks.nosuch=null"], "Could not override 'callbacks.nosuch'"),
+    # keys that moved into the logger/callbacks/optim/scheduler/loss groups: the new key, in one line
+    (["figures_at_end=false"], "figures_at_end is not a key; use callbacks.figures=null"),
+    (["optim.warmup_steps=10"], "optim.warmup_steps is not a key; use scheduler.warmup_steps"),
+    (["optim.label_smoothing=0"], "optim.label_smoothing is not a key; use loss.label_smoothing"),
 ]
 
 
@@ -91,19 +102,33 @@ def test_composition_errors_are_one_line(args, message, tmp_path, capsys):
 
 
 def test_cli_prints_one_error_line_with_exit_code_2(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "data=synthetic", "model=vit_micro",
-                             "data.augment=foo", f"paths.log_dir={tmp_path / 'logs'}"],
-                            cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "data=synthetic",
+            "model=vit_micro",
+            "data.augment=foo",
+            f"paths.log_dir={tmp_path / 'logs'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
-    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == \
-        ["error: data.augment='foo' is not one of none, standard, randaugment, trivialaugment"]
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        "error: data.augment='foo' is not one of none, standard, randaugment, trivialaugment"
+    ]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--nope"], "error: unknown option '--nope'; use --cpu-smoke, --out DIR or --help"),
-    (["--out"], "error: --out needs a folder, e.g. --out $OUT"),
-    ([], "error: no CUDA device visible to torch; on a CPU machine use --cpu-smoke"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--nope"], "error: unknown option '--nope'; use --cpu-smoke, --out DIR or --help"),
+        (["--out"], "error: --out needs a folder, e.g. --out $OUT"),
+        ([], "error: no CUDA device visible to torch; on a CPU machine use --cpu-smoke"),
+    ],
+)
 def test_gpu_check_refuses_with_one_error_line(args, message):
     if not args and torch.cuda.is_available():
         pytest.skip("a GPU is visible: the check would run")
@@ -112,8 +137,9 @@ def test_gpu_check_refuses_with_one_error_line(args, message):
     assert result.returncode == 2 and result.stderr.splitlines() == [message] and not result.stdout
 
 
-@pytest.mark.parametrize("sizes, message", [("img_sizes=[0]", "img_size=0 must be"),
-                                            ("img_sizes=abc", "img_sizes='abc' must be a list")])
+@pytest.mark.parametrize(
+    "sizes, message", [("img_sizes=[0]", "img_size=0 must be"), ("img_sizes=abc", "img_sizes='abc' must be a list")]
+)
 def test_evaluate_bad_sizes(sizes, message, capsys, tmp_path):
     assert evaluate_main([f"ckpt={tmp_path}", sizes]) == 2
     err = capsys.readouterr().err
@@ -135,10 +161,13 @@ def test_create_model_refuses_a_size_that_is_no_grid(img_size):
         vitpos.create_model("none", img_size=img_size)
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"_target_": "vitpos.data.ImageFolderDataModule", "root": None}, "data=image_folder needs data.root="),
-    ({"_target_": "vitpos.data.SyntheticDataModule", "augment": "foo"}, "data.augment='foo' is not one of"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"_target_": "vitpos.data.ImageFolderDataModule", "root": None}, "data=image_folder needs data.root="),
+        ({"_target_": "vitpos.data.SyntheticDataModule", "augment": "foo"}, "data.augment='foo' is not one of"),
+    ],
+)
 def test_evaluate_reports_a_bad_data_config_of_the_checkpoint_as_one_line(data, message, capsys, tmp_path):
     """The CLIs build the datamodule through the same unwrapper as training: the constructor's
     own message, not Hydra's InstantiationException."""
@@ -146,8 +175,13 @@ def test_evaluate_reports_a_bad_data_config_of_the_checkpoint_as_one_line(data, 
 
     model = vitpos.create_model("none", img_size=16, num_classes=4, in_chans=3, dim=32, depth=1, num_heads=2)
     path = tmp_path / "best.ckpt"
-    torch.save({"hyper_parameters": {"model": model.config, "data": data},
-                "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}, path)
+    torch.save(
+        {
+            "hyper_parameters": {"model": model.config, "data": data},
+            "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+        },
+        path,
+    )
     assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1

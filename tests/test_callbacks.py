@@ -1,5 +1,6 @@
 """test_every_epoch: the test accuracy after every epoch, as published small-ViT ablations report
 it, logged beside a training that stays exactly what it is without it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,10 +22,18 @@ def scalars(run: str) -> dict[str, list[float]]:
 
 def test_best_test_over_epochs_is_the_max_of_the_epochs_and_leaves_the_run_unchanged(make_config, tiny_overrides):
     # dropout draws random numbers every step: an evaluation that drew any would change the weights
-    common = [*tiny_overrides, "trainer.max_steps=-1", "trainer.max_epochs=4", "trainer.limit_train_batches=2",
-              "model.drop_rate=0.2", "pos=rel_bias"]
-    runs = {flag: train(make_config([*common, f"test_every_epoch={flag}", f"run_name=every_{flag}"]))
-            for flag in ("true", "false")}
+    common = [
+        *tiny_overrides,
+        "trainer.max_steps=-1",
+        "trainer.max_epochs=4",
+        "trainer.limit_train_batches=2",
+        "model.drop_rate=0.2",
+        "pos=rel_bias",
+    ]
+    runs = {
+        flag: train(make_config([*common, f"test_every_epoch={flag}", f"run_name=every_{flag}"]))
+        for flag in ("true", "false")
+    }
     logged = scalars(runs["true"]["log_dir"])
     each, best = logged["test_each_epoch/acc"], logged["test_each_epoch/acc_best"]
     assert len(each) == len(best) == 4  # one per epoch, none for the sanity check
@@ -32,6 +41,8 @@ def test_best_test_over_epochs_is_the_max_of_the_epochs_and_leaves_the_run_uncha
     assert "test_each_epoch/acc" not in scalars(runs["false"]["log_dir"])
     assert runs["true"]["test/acc"] == runs["false"]["test/acc"]  # the best-by-validation checkpoint's
     assert logged["val/acc"] == scalars(runs["false"]["log_dir"])["val/acc"]
-    weights = [torch.load(Path(runs[flag]["log_dir"]) / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
-               for flag in ("true", "false")]
+    weights = [
+        torch.load(Path(runs[flag]["log_dir"]) / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+        for flag in ("true", "false")
+    ]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[1])

@@ -1,5 +1,6 @@
 """`python -m vitpos.compare`: runs that differ only by seed are one row, whose statistics are
 those of the logged numbers; unfinished runs are not counted."""
+
 from __future__ import annotations
 
 import csv
@@ -24,20 +25,42 @@ from vitpos.compare import (
 from vitpos.runs import RESULTS_FILE
 from vitpos.train import train
 
-KEY = dict(experiment="e", data="d", img_size=28, train_sizes="-", finetuned_from="-", model="m", lr=0.001,
-           batch_size=8, budget="1 epochs")
+KEY = dict(
+    experiment="e",
+    data="d",
+    img_size=28,
+    train_sizes="-",
+    finetuned_from="-",
+    model="m",
+    lr=0.001,
+    batch_size=8,
+    budget="1 epochs",
+)
 
 
 def run_row(pos: str, seed: int, test_acc, **extra) -> dict:
-    return dict(KEY, pos=pos, seed=seed, test_acc=test_acc, val_acc_best=test_acc, val_acc_final=test_acc,
-                images_per_s=100, fit_minutes=1.0, **extra)
+    return dict(
+        KEY,
+        pos=pos,
+        seed=seed,
+        test_acc=test_acc,
+        val_acc_best=test_acc,
+        val_acc_final=test_acc,
+        images_per_s=100,
+        fit_minutes=1.0,
+        **extra,
+    )
 
 
 def test_grouping_and_statistics_match_hand_computed_values():
-    rows = [run_row("a", 0, 0.80, **{"test_acc@42px": 0.5}), run_row("a", 1, 0.84, **{"test_acc@42px": 0.7}),
-            run_row("a", 2, 0.85, **{"test_acc@42px": 0.6}), run_row("b", 0, 0.70),
-            dict(run_row("a", 3, 0.10), lr=0.1),  # another lr: another group, even with the same scheme
-            dict(run_row("a", 4, 0.20), train_sizes="20-28px")]  # mixed-resolution training: another group
+    rows = [
+        run_row("a", 0, 0.80, **{"test_acc@42px": 0.5}),
+        run_row("a", 1, 0.84, **{"test_acc@42px": 0.7}),
+        run_row("a", 2, 0.85, **{"test_acc@42px": 0.6}),
+        run_row("b", 0, 0.70),
+        dict(run_row("a", 3, 0.10), lr=0.1),  # another lr: another group, even with the same scheme
+        dict(run_row("a", 4, 0.20), train_sizes="20-28px"),
+    ]  # mixed-resolution training: another group
     groups = {(g["pos"], g["lr"], g["train_sizes"]): g for g in group_runs(rows)}
     assert set(groups) == {("a", 0.001, "-"), ("b", 0.001, "-"), ("a", 0.1, "-"), ("a", 0.001, "20-28px")}
     a = groups["a", 0.001, "-"]
@@ -50,10 +73,12 @@ def test_grouping_and_statistics_match_hand_computed_values():
 
 
 def test_epoch_curves_average_seeds_epoch_by_epoch_over_the_epochs_all_runs_have():
-    rows = [run_row("a", 0, 0.8, val_acc_by_epoch="0.5000 0.7000 0.8000"),
-            run_row("a", 1, 0.9, val_acc_by_epoch="0.3000 0.9000"),  # stopped after 2 epochs: the curve ends there
-            run_row("b", 0, 0.6, val_acc_by_epoch="0.4000 0.6000"),
-            run_row("c", 0, 0.6, val_acc_by_epoch="0.4000")]  # one point: no curve
+    rows = [
+        run_row("a", 0, 0.8, val_acc_by_epoch="0.5000 0.7000 0.8000"),
+        run_row("a", 1, 0.9, val_acc_by_epoch="0.3000 0.9000"),  # stopped after 2 epochs: the curve ends there
+        run_row("b", 0, 0.6, val_acc_by_epoch="0.4000 0.6000"),
+        run_row("c", 0, 0.6, val_acc_by_epoch="0.4000"),
+    ]  # one point: no curve
     curves = {c["label"]: c for c in epoch_curves(rows)}
     assert list(curves) == ["a, trained at 28px (n=2)", "b, trained at 28px (n=1)"]  # best last epoch first
     a = curves["a, trained at 28px (n=2)"]
@@ -64,16 +89,27 @@ def test_epoch_curves_average_seeds_epoch_by_epoch_over_the_epochs_all_runs_have
 
 def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
     def at(acc28, acc44, acc44_interpolated):
-        return {"test_acc@28px": acc28, "test_acc@44px": acc44,
-                "test_acc@28px/interpolate": acc28, "test_acc@44px/interpolate": acc44_interpolated}
-    rows = [run_row("a", 0, 0.8, **at(0.8, 0.4, 0.7)), run_row("a", 1, 0.9, **at(0.9, 0.6, 0.7)),
-            dict(run_row("a", 0, 0.8, **{"test_acc@28px": 0.8, "test_acc@44px": 0.78}), train_sizes="20-28-36-44px"),
-            run_row("b", 0, 0.7, **{"test_acc@44px": 0.5})]  # evaluated at one size only: no curve
+        return {
+            "test_acc@28px": acc28,
+            "test_acc@44px": acc44,
+            "test_acc@28px/interpolate": acc28,
+            "test_acc@44px/interpolate": acc44_interpolated,
+        }
+
+    rows = [
+        run_row("a", 0, 0.8, **at(0.8, 0.4, 0.7)),
+        run_row("a", 1, 0.9, **at(0.9, 0.6, 0.7)),
+        dict(run_row("a", 0, 0.8, **{"test_acc@28px": 0.8, "test_acc@44px": 0.78}), train_sizes="20-28-36-44px"),
+        run_row("b", 0, 0.7, **{"test_acc@44px": 0.5}),
+    ]  # evaluated at one size only: no curve
     curves = transfer_curves(group_runs(rows))
     assert set(curves) == {"a"}
     by_label = {c["label"]: c for c in curves["a"]}
-    assert set(by_label) == {"trained at 28px (n=2)", "trained at 28px, interpolate (n=2)",
-                             "trained at 20-28-36-44px (n=1)"}
+    assert set(by_label) == {
+        "trained at 28px (n=2)",
+        "trained at 28px, interpolate (n=2)",
+        "trained at 20-28-36-44px (n=1)",
+    }
     single = by_label["trained at 28px (n=2)"]
     assert single["heights"] == [28, 44] and single["means"] == pytest.approx([0.85, 0.5])
     assert single["stds"] == pytest.approx([0.0707, 0.1414], abs=1e-4)  # sample std of (0.8, 0.9), (0.4, 0.6)
@@ -87,19 +123,36 @@ def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
 
 def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_best():
     def at(ntk32, ntk64, tlog64):
-        return {"test_acc@32px/ntk": ntk32, "test_acc@64px/ntk": ntk64, "test_acc@32px/ntk_tlog": ntk32,
-                "test_acc@64px/ntk_tlog": tlog64}
-    rows = group_runs([run_row("2d_sin", 0, 0.8, **at(0.8, 0.5, 0.6)), run_row("2d_sin", 1, 0.9, **at(0.9, 0.7, 0.8)),
-                       run_row("2d_sin+fuzzy", 0, 0.8, **at(0.8, 0.75, 0.5)),
-                       run_row("none", 0, 0.6, **{"test_acc@32px": 0.6, "test_acc@64px": 0.3,
-                                                  "test_acc@32px/tlog": 0.6, "test_acc@64px/tlog": 0.35}),
-                       dict(run_row("2d_sin", 0, 0.8, **at(0.8, 0.7, 0.72)), train_sizes="32-48-64px"),
-                       run_row("cpe", 0, 0.7, **{"test_acc@32px": 0.7, "test_acc@64px": 0.4})])  # no temperature
+        return {
+            "test_acc@32px/ntk": ntk32,
+            "test_acc@64px/ntk": ntk64,
+            "test_acc@32px/ntk_tlog": ntk32,
+            "test_acc@64px/ntk_tlog": tlog64,
+        }
+
+    rows = group_runs(
+        [
+            run_row("2d_sin", 0, 0.8, **at(0.8, 0.5, 0.6)),
+            run_row("2d_sin", 1, 0.9, **at(0.9, 0.7, 0.8)),
+            run_row("2d_sin+fuzzy", 0, 0.8, **at(0.8, 0.75, 0.5)),
+            run_row(
+                "none",
+                0,
+                0.6,
+                **{"test_acc@32px": 0.6, "test_acc@64px": 0.3, "test_acc@32px/tlog": 0.6, "test_acc@64px/tlog": 0.35},
+            ),
+            dict(run_row("2d_sin", 0, 0.8, **at(0.8, 0.7, 0.72)), train_sizes="32-48-64px"),
+            run_row("cpe", 0, 0.7, **{"test_acc@32px": 0.7, "test_acc@64px": 0.4}),
+        ]
+    )  # no temperature
     curves = extrapolation_curves(rows)
     assert set(curves) == {"2d_sin", "none"}
     by_key = {(c["variant"], c["mode"], c["temperature"]): c for c in curves["2d_sin"]}
-    assert set(by_key) == {(variant, "ntk", temperature) for variant in ("exact", "fuzzy", "mixed 32-48-64px")
-                           for temperature in ("none", "log")}
+    assert set(by_key) == {
+        (variant, "ntk", temperature)
+        for variant in ("exact", "fuzzy", "mixed 32-48-64px")
+        for temperature in ("none", "log")
+    }
     exact_log = by_key["exact", "ntk", "log"]
     assert exact_log["means"] == pytest.approx([0.85, 0.7]) and exact_log["n"] == 2
     assert {(c["mode"], c["temperature"]) for c in curves["none"]} == {("", "none"), ("", "log")}
@@ -114,8 +167,10 @@ def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_b
 @pytest.fixture
 def three_runs(make_config, tiny_overrides):
     extra = ["trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.log_every_n_steps=1"]
-    return [train(make_config([f"pos={pos}", f"seed={seed}", *tiny_overrides, *extra]))
-            for pos, seed in (("none", 0), ("none", 1), ("rel_bias", 0))]
+    return [
+        train(make_config([f"pos={pos}", f"seed={seed}", *tiny_overrides, *extra]))
+        for pos, seed in (("none", 0), ("none", 1), ("rel_bias", 0))
+    ]
 
 
 def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
@@ -138,18 +193,25 @@ def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
     assert (tmp_path / "out" / "compare.png").stat().st_size > 0
     assert not (tmp_path / "out" / "transfer.png").exists()  # no run was evaluated at other sizes
     assert (tmp_path / "out" / "epochs.png").stat().st_size > 0  # two validations per run: a curve each
-    assert none["val_acc_best_mean"] == pytest.approx(statistics.fmean(
-        max(float(v) for v in run["val_acc_by_epoch"].split())
-        for run in csv.DictReader(open(tmp_path / "out" / "runs.csv")) if run["pos"] == "none"), abs=1e-4)
-    assert [r["pos"] for r in compare(logs, data="synthetic", img_size=32, out=tmp_path / "o2")] == \
-        [r["pos"] for r in rows]
+    assert none["val_acc_best_mean"] == pytest.approx(
+        statistics.fmean(
+            max(float(v) for v in run["val_acc_by_epoch"].split())
+            for run in csv.DictReader(open(tmp_path / "out" / "runs.csv"))
+            if run["pos"] == "none"
+        ),
+        abs=1e-4,
+    )
+    assert [r["pos"] for r in compare(logs, data="synthetic", img_size=32, out=tmp_path / "o2")] == [
+        r["pos"] for r in rows
+    ]
     with pytest.raises(Exception, match="no finished runs"):
         compare(logs, img_size=48, out=tmp_path / "o3")
 
 
 def test_compare_cli_errors_are_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "vitpos.compare", str(tmp_path / "missing")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "vitpos.compare", str(tmp_path / "missing")], capture_output=True, text=True
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: no such log folder")
 

@@ -1,5 +1,6 @@
 """What a run prints to a log file (stdout not a terminal): the start line says where it runs and
 how, progress is a line every 5% of the run with its ETA, and third-party noise is gone."""
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_a_run_logged_to_a_file_is_short_and_says_what_matters(tmp_path):
     run = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "data=synthetic", "model=vit_micro", "data.num_train=1280",
-         "data.val_size=128", "data.num_test=128", "data.batch_size=16", "trainer.max_epochs=2",
-         "trainer.accelerator=cpu", "figures_at_end=false", "trainer.log_every_n_steps=1", "pos=2d_sin"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "data=synthetic",
+            "model=vit_micro",
+            "data.num_train=1280",
+            "data.val_size=128",
+            "data.num_test=128",
+            "data.batch_size=16",
+            "trainer.max_epochs=2",
+            "trainer.accelerator=cpu",
+            "callbacks.figures=null",
+            "trainer.log_every_n_steps=1",
+            "pos=2d_sin",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     console = run.stdout + run.stderr
     start = next(line for line in run.stdout.splitlines() if line.startswith("vitpos: run "))

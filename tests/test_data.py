@@ -1,5 +1,6 @@
 """Datasets: the real CIFAR-10 on-disk format, the missing-data message, the synthetic task and
 the batched augmentation, the device-resident batches."""
+
 from __future__ import annotations
 
 import pickle
@@ -77,10 +78,14 @@ def test_cifar10_reads_the_official_archive_and_its_folder_alike(copy, tmp_path)
     (tmp_path / "data").mkdir()
     with tarfile.open(tmp_path / "data" / CIFAR10_ARCHIVE, "w:gz") as tar:
         tar.add(tmp_path / "extracted" / CIFAR10_FOLDER, arcname=CIFAR10_FOLDER)
-    root = {"official archive in data_dir": None, "data.root=archive": str(tmp_path / "data" / CIFAR10_ARCHIVE),
-            "data.root=folder": str(tmp_path / "extracted")}[copy]
-    datamodule = CIFAR10DataModule(root=root, data_dir=str(tmp_path / "data"), val_size=10, batch_size=8,
-                                   download=False)
+    root = {
+        "official archive in data_dir": None,
+        "data.root=archive": str(tmp_path / "data" / CIFAR10_ARCHIVE),
+        "data.root=folder": str(tmp_path / "extracted"),
+    }[copy]
+    datamodule = CIFAR10DataModule(
+        root=root, data_dir=str(tmp_path / "data"), val_size=10, batch_size=8, download=False
+    )
     datamodule.setup()
     reference = CIFAR10DataModule(data_dir=str(tmp_path / "extracted"), val_size=10, batch_size=8, download=False)
     reference.setup()
@@ -136,7 +141,7 @@ def test_random_crop_flip_is_a_shift_or_mirror_per_sample():
             padded = torch.nn.functional.pad(candidate, (2, 2, 2, 2))
             for dy in range(5):
                 for dx in range(5):
-                    found |= torch.equal(padded[:, dy:dy + 16, dx:dx + 16], cropped)
+                    found |= torch.equal(padded[:, dy : dy + 16, dx : dx + 16], cropped)
         assert found
     assert not torch.equal(out, images)  # the draw differs between samples
     assert torch.equal(random_crop_flip(images, padding=0, hflip=False), images)
@@ -171,8 +176,9 @@ def write_tiny_fashion_mnist(folder, train: int, test: int, seed: int = 0) -> di
 
 def test_fashion_mnist_reads_debian_idx_files(tmp_path):
     arrays = write_tiny_fashion_mnist(tmp_path, train=12, test=5)
-    datamodule = FashionMNISTDataModule(system_dir=str(tmp_path), data_dir=str(tmp_path / "unused"),
-                                        val_size=2, download=False, batch_size=4)
+    datamodule = FashionMNISTDataModule(
+        system_dir=str(tmp_path), data_dir=str(tmp_path / "unused"), val_size=2, download=False, batch_size=4
+    )
     datamodule.setup()
     assert datamodule.test_set.images.shape == (5, 1, 28, 28)
     assert torch.equal(datamodule.test_set.images[:, 0], torch.as_tensor(arrays["t10k"][0], dtype=torch.uint8))
@@ -207,8 +213,9 @@ def epoch_batches(datamodule, epoch: int, stop_after: int | None = None, state: 
 @pytest.mark.parametrize("rank, world_size", [(0, 1), (1, 2)])
 def test_device_resident_batches_equal_the_dataloaders_and_resume_mid_epoch(rank, world_size):
     def datamodule(device_resident):
-        module = SyntheticDataModule(num_train=700, num_test=64, val_size=100, batch_size=64,
-                                     device_resident=device_resident, shuffle_seed=3)
+        module = SyntheticDataModule(
+            num_train=700, num_test=64, val_size=100, batch_size=64, device_resident=device_resident, shuffle_seed=3
+        )
         module.trainer = _Trainer(rank, world_size)
         module.setup()
         return module
@@ -220,8 +227,9 @@ def test_device_resident_batches_equal_the_dataloaders_and_resume_mid_epoch(rank
     for epoch in (0, 1):
         expected, _ = epoch_batches(loader_path, epoch)
         got, _ = epoch_batches(device_path, epoch)
-        assert len(got) == len(expected) and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-                                                 for a, b in zip(got, expected))
+        assert len(got) == len(expected) and all(
+            torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, expected)
+        )
     # stop after 2 batches of epoch 1, restore the position in a new DataModule: the rest of the epoch follows
     _, state = epoch_batches(device_path, 1, stop_after=2)
     assert state == {"epoch": 1, "consumed": 128}
@@ -243,8 +251,9 @@ def test_device_resident_is_auto_on_cuda_only_and_refuses_per_sample_policies():
 
 def test_mixed_resolution_draws_one_size_per_step_from_seed_and_step_only():
     sizes = [24, 32, [40, 48]]
-    module = SyntheticDataModule(img_size=32, train_img_sizes=sizes, shuffle_seed=7, num_train=300, val_size=100,
-                                 batch_size=64)
+    module = SyntheticDataModule(
+        img_size=32, train_img_sizes=sizes, shuffle_seed=7, num_train=300, val_size=100, batch_size=64
+    )
     draws = [module.train_size(step) for step in range(60)]
     assert set(draws) == {(24, 24), (32, 32), (40, 48)}
     again = SyntheticDataModule(img_size=32, train_img_sizes=sizes, shuffle_seed=7)
@@ -265,8 +274,9 @@ def test_mixed_resolution_draws_one_size_per_step_from_seed_and_step_only():
 
 
 def test_batch_by_tokens_caps_the_tokens_of_a_step():
-    module = SyntheticDataModule(img_size=32, train_img_sizes=[16, 64], batch_by_tokens=True, num_train=300,
-                                 val_size=100, batch_size=64)
+    module = SyntheticDataModule(
+        img_size=32, train_img_sizes=[16, 64], batch_by_tokens=True, num_train=300, val_size=100, batch_size=64
+    )
     module.trainer = _Trainer()
     module.setup()
     images, labels = next(iter(module.train_dataloader()))

@@ -3,6 +3,7 @@ validation counts every sample once, the real `ddp` launch works, a NaN on one r
 
 Lightning's `strategy=ddp` re-launches the command line, so in-process tests use `ddp_spawn` and
 the real `ddp` launch is tested through `train.py` in a subprocess."""
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,18 @@ from vitpos.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 VIT_MICRO = dict(patch_size=4, dim=64, depth=2, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0, img_size=32)
-BASE = ["data=synthetic", "model=vit_micro", "data.num_train=640", "data.val_size=127", "data.num_test=64",
-        "trainer.precision=32-true", "trainer.max_steps=3", "trainer.val_check_interval=3",
-        "test_after_fit=false", "trainer.log_every_n_steps=1"]
+BASE = [
+    "data=synthetic",
+    "model=vit_micro",
+    "data.num_train=640",
+    "data.val_size=127",
+    "data.num_test=64",
+    "trainer.precision=32-true",
+    "trainer.max_steps=3",
+    "trainer.val_check_interval=3",
+    "test_after_fit=false",
+    "trainer.log_every_n_steps=1",
+]
 
 
 def weights(metrics: dict) -> dict:
@@ -33,8 +43,18 @@ def weights(metrics: dict) -> dict:
 @pytest.mark.parametrize("pos", ["1d_learned", "rel_bias"])
 def test_two_processes_equal_one_with_twice_the_batch(pos, make_config):
     single = train(make_config([*BASE, f"pos={pos}", "data.batch_size=64", "run_name=single"]))
-    double = train(make_config([*BASE, f"pos={pos}", "data.batch_size=32", "run_name=ddp",
-                                "trainer.strategy=ddp_spawn", "trainer.devices=2"]))
+    double = train(
+        make_config(
+            [
+                *BASE,
+                f"pos={pos}",
+                "data.batch_size=32",
+                "run_name=ddp",
+                "trainer.strategy=ddp_spawn",
+                "trainer.devices=2",
+            ]
+        )
+    )
     one, two = weights(single), weights(double)
     assert one.keys() == two.keys()
     L.seed_everything(42)  # train() seeds like this before building the model: the initial weights
@@ -48,9 +68,23 @@ def test_two_processes_equal_one_with_twice_the_batch(pos, make_config):
 
 def train_py(cwd: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), "trainer=cpu_ddp", *BASE, "pos=2d_sin",
-                           "trainer.enable_progress_bar=false", "data.batch_size=32", *overrides],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "trainer=cpu_ddp",
+            *BASE,
+            "pos=2d_sin",
+            "trainer.enable_progress_bar=false",
+            "data.batch_size=32",
+            *overrides,
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
@@ -68,23 +102,71 @@ def test_study_sweep_trains_each_run_on_two_processes(tmp_path):
     """The study's form, `train.py -m experiment=fmnist_cpu pos=a,b`, with the recipe's own trainer
     (2 CPU processes): each job of the sweep launches its second rank once, and that rank runs
     this job, not the sweep again (which would write extra runs or versions)."""
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "experiment=fmnist_cpu", "pos=none,2d_sin",
-                             *BASE, "trainer.enable_progress_bar=false", "figures_at_end=false"],
-                            cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "-m",
+            "experiment=fmnist_cpu",
+            "pos=none,2d_sin",
+            *BASE,
+            "trainer.enable_progress_bar=false",
+            "callbacks.figures=null",
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     output = result.stdout + result.stderr
     assert output.count("MEMBER: 2/2") == 2 and output.count("MEMBER: 1/2") == 2  # 2 ranks per job
-    versions = sorted(str(v.relative_to(tmp_path / "logs" / "fmnist_cpu"))
-                      for v in (tmp_path / "logs" / "fmnist_cpu").glob("*/version_*"))
+    versions = sorted(
+        str(v.relative_to(tmp_path / "logs" / "fmnist_cpu"))
+        for v in (tmp_path / "logs" / "fmnist_cpu").glob("*/version_*")
+    )
     assert versions == ["2d_sin_synthetic_28px_seed42/version_0", "none_synthetic_28px_seed42/version_0"]
 
 
 @pytest.mark.slow
 def test_nan_on_one_rank_stops_the_whole_job(tmp_path):
-    result = train_py(tmp_path, "trainer.max_steps=20", "+callbacks.nan._target_=interrupt.NaNLossAtStep",
-                      "+callbacks.nan.step=6", "+callbacks.nan.rank=1", "optim.check_finite_every=4")
+    result = train_py(
+        tmp_path,
+        "trainer.max_steps=20",
+        "+callbacks.nan._target_=interrupt.NaNLossAtStep",
+        "+callbacks.nan.step=6",
+        "+callbacks.nan.rank=1",
+        "check_finite_every=4",
+    )
     assert result.returncode == 2  # both ranks stopped (a hang would time out instead)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     # NaN from step 6 on rank 1; checks after steps 3, 7, ...: the check after step 7 stops the job
     assert errors and "non-finite training loss between steps 4 and 7" in errors[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fault, messages",
+    [
+        # rank 1 killed after step 5: rank 0's next collective fails
+        (
+            ["+callbacks.die._target_=interrupt.DieAtStep", "+callbacks.die.step=5"],
+            ["error: another process of this 2-process run stopped (Read error"],
+        ),
+        # rank 0's disk fills at step 5: rank 0 says so, rank 1 loses rank 0
+        (
+            ["+callbacks.full._target_=interrupt.DiskFullAtStep", "+callbacks.full.step=5"],
+            ["error: cannot write checkpoint", "error: another process of this 2-process run stopped"],
+        ),
+    ],
+    ids=["rank_dies", "disk_full"],
+)
+def test_a_fault_on_one_rank_ends_every_rank_with_one_error_line(fault, messages, tmp_path):
+    result = train_py(tmp_path, "trainer.max_steps=20", "checkpoint_every_n_steps=2", *fault)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == len(messages) and all(any(e.startswith(m) for e in errors) for m in messages), errors
+    assert all(line.endswith("continue with resume=true") for line in errors)
+    last = next((tmp_path / "logs").rglob("last.ckpt"))
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 4  # the save before the fault

@@ -2,6 +2,7 @@
 `scripts/gpu_check.sh` runs this file on a GPU): bf16 attention with a bias mask through SDPA
 against the plain math path, the rotary autograd on the device, device-resident batches, and a
 short Lightning fit on the device."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -38,8 +39,9 @@ def test_sdpa_and_math_attention_agree_with_gradients(device, pos):
             logits = model(x).float()
         F.cross_entropy(logits, torch.arange(4, device=device)).backward()
         outputs[impl] = logits
-        grads[impl] = {n: p.grad.float() for n, p in model.named_parameters()
-                       if n.startswith("pos.") and p.grad is not None}
+        grads[impl] = {
+            n: p.grad.float() for n, p in model.named_parameters() if n.startswith("pos.") and p.grad is not None
+        }
     tolerance = 3e-2 if bf16_on(device) else 1e-4
     torch.testing.assert_close(outputs["sdpa"], outputs["math"], atol=tolerance, rtol=tolerance)
     assert grads["sdpa"].keys() == grads["math"].keys()
@@ -63,9 +65,21 @@ def test_device_batches_stay_on_the_device_in_sampler_order(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_short_fit_on_the_device_with_device_resident_data(tmp_path, device):
     accelerator = "gpu" if device == "cuda" else "cpu"
-    cfg = compose_config(["data=synthetic", "model=vit_micro", "pos=rope_mixed", "data.num_train=640",
-                          "data.num_test=128", "data.val_size=128", "data.batch_size=64", "trainer.max_steps=4",
-                          "data.device_resident=true", "figures_at_end=false"], tmp_path)
+    cfg = compose_config(
+        [
+            "data=synthetic",
+            "model=vit_micro",
+            "pos=rope_mixed",
+            "data.num_train=640",
+            "data.num_test=128",
+            "data.val_size=128",
+            "data.batch_size=64",
+            "trainer.max_steps=4",
+            "data.device_resident=true",
+            "callbacks.figures=null",
+        ],
+        tmp_path,
+    )
     cfg.trainer.accelerator = accelerator
     metrics = train(cfg)
     assert torch.isfinite(torch.tensor(metrics["train/loss"])) and 0.0 <= metrics["test/acc"] <= 1.0

@@ -1,4 +1,5 @@
 """`python -m vitpos.diagnose`: the checklist's findings are right for every scheme."""
+
 from __future__ import annotations
 
 import subprocess
@@ -37,11 +38,15 @@ def test_broken_scheme_is_reported():
 
 
 def test_cli():
-    result = subprocess.run([sys.executable, "-m", "vitpos.diagnose", "pos=2d_sin", "dim=64", "depth=2", "num_heads=2"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "vitpos.diagnose", "pos=2d_sin", "dim=64", "depth=2", "num_heads=2"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0 and "[ok] position signal reaches the output" in result.stdout
-    bad = subprocess.run([sys.executable, "-m", "vitpos.diagnose", "pos=2d_sin", "img_size=30"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "vitpos.diagnose", "pos=2d_sin", "img_size=30"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error: image size 30x30")
 
 
@@ -51,8 +56,10 @@ def test_a_run_folder_is_checked_at_its_checkpoints_own_size(tmp_path, capsys):
     model = vitpos.create_model("1d_learned", img_size=28, **SMALL)  # a 7 x 7 grid: 32 px would not divide
     checkpoints = tmp_path / "run" / "version_0" / "checkpoints"
     checkpoints.mkdir(parents=True)
-    checkpoint = {"hyper_parameters": {"model": model.config},
-                  "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}
+    checkpoint = {
+        "hyper_parameters": {"model": model.config},
+        "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+    }
     torch.save(checkpoint, checkpoints / "best-epoch3-step40.ckpt")
     assert main([f"ckpt={tmp_path / 'run'}"]) == 0
     out = capsys.readouterr().out

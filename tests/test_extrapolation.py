@@ -1,5 +1,6 @@
 """Training-free resolution extrapolation: NTK-aware scaling and YaRN of the frequencies (2d_sin,
 rope_axial, rope_mixed), the attention temperature (any scheme) and fuzzy positions in training."""
+
 from __future__ import annotations
 
 import math
@@ -77,8 +78,10 @@ def test_rope_axial_frequency_modes_rescale_only_the_larger_axis(mode):
     """On a grid twice as wide, the row pairs rotate as when extrapolating; of the column pairs,
     under NTK the fastest matches extrapolation and the slowest interpolation."""
     kwargs = dict(img_size=(12, 20), dim=32, num_heads=2)  # 3 x 5 grid, head_dim 16: 4 row + 4 column pairs
-    angles = {m: build("rope_axial", pos_kwargs={"resize_mode": m}, **kwargs).pos.angles(0, (3, 10))
-              for m in ("extrapolate", "interpolate", mode)}
+    angles = {
+        m: build("rope_axial", pos_kwargs={"resize_mode": m}, **kwargs).pos.angles(0, (3, 10))
+        for m in ("extrapolate", "interpolate", mode)
+    }
     rows, cols = slice(0, 4), slice(4, 8)
     assert torch.allclose(angles[mode][:, rows], angles["extrapolate"][:, rows])
     assert not torch.allclose(angles[mode][:, cols], angles["extrapolate"][:, cols])
@@ -188,7 +191,7 @@ def test_fuzzy_1d_learned_reads_between_table_entries():
     pos.jitter = torch.zeros(1, 6, 2)
     pos.jitter[0, 0] = torch.tensor([0.25, 0.5])  # token (0, 0) read at row 0.25, col 0.5
     table = pos.embedding[0].detach().reshape(2, 3, -1)
-    expected = (0.75 * (0.5 * table[0, 0] + 0.5 * table[0, 1]) + 0.25 * (0.5 * table[1, 0] + 0.5 * table[1, 1]))
+    expected = 0.75 * (0.5 * table[0, 0] + 0.5 * table[0, 1]) + 0.25 * (0.5 * table[1, 0] + 0.5 * table[1, 1])
     assert torch.allclose(pos.table((2, 3))[0, 0], expected, atol=1e-6)
 
 

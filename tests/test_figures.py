@@ -1,5 +1,6 @@
 """`vitpos.figures`: which figures a scheme gets (by its hooks), what they measure, and the two
 ways they are produced (the command on a checkpoint, the callback at the end of training)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -19,8 +20,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def build(pos: str, img_size=16, seed: int = 0, **kwargs):
     torch.manual_seed(seed)
-    return vitpos.create_model(pos, img_size=img_size, num_classes=4, in_chans=3, dim=16, depth=2, num_heads=2,
-                               patch_size=4, **kwargs)
+    return vitpos.create_model(
+        pos, img_size=img_size, num_classes=4, in_chans=3, dim=16, depth=2, num_heads=2, patch_size=4, **kwargs
+    )
 
 
 @pytest.mark.parametrize("pos", vitpos.list_pos())
@@ -58,8 +60,9 @@ def test_centre_index():
 def test_positional_table_is_what_add_adds(pos):
     model = build(pos)
     tokens = torch.randn(2, 16, 16)
-    torch.testing.assert_close(model.pos.add(tokens, (4, 4)) - tokens,
-                               positional_table(model, (4, 4)).expand(2, -1, -1))
+    torch.testing.assert_close(
+        model.pos.add(tokens, (4, 4)) - tokens, positional_table(model, (4, 4)).expand(2, -1, -1)
+    )
 
 
 def pairwise_mean_distance(grid, patch):  # independent of vitpos.figures.patch_distances
@@ -96,7 +99,11 @@ def test_attention_distance_follows_a_local_bias():
 
 @pytest.fixture
 def figure_run(make_config, tiny_overrides):
-    return train(make_config(["pos=rope_axial", *tiny_overrides, "figures_at_end=true"]))
+    return train(
+        make_config(
+            ["pos=rope_axial", *tiny_overrides, "callbacks.figures={_target_:vitpos.callbacks.PositionalFigures}"]
+        )
+    )
 
 
 def test_training_logs_the_figures_and_the_command_redraws_them(figure_run, tmp_path):
@@ -108,8 +115,19 @@ def test_training_logs_the_figures_and_the_command_redraws_them(figure_run, tmp_
     assert logged == ["attention_distance.png", "rotary.png"]
 
     out = tmp_path / "cli"
-    result = subprocess.run([sys.executable, "-m", "vitpos.figures", f"ckpt={figure_run['checkpoint']}", f"out={out}",
-                             "images=8", f"data_dir={tmp_path / 'data'}"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vitpos.figures",
+            f"ckpt={figure_run['checkpoint']}",
+            f"out={out}",
+            "images=8",
+            f"data_dir={tmp_path / 'data'}",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in out.glob("*.png")) == ["attention_distance.png", "rotary.png"]
 

@@ -1,5 +1,6 @@
 """Image trees read from folders and archives: labels, counts, resize, the decode cache, every
 copy of CIFAR-10, and one clear error per kind of broken tree. The trees are written here."""
+
 from __future__ import annotations
 
 import re
@@ -13,10 +14,9 @@ import pytest
 import torch
 from torchvision.io import encode_jpeg, encode_png
 
-import vitpos.image_folder as image_folder
+import vitpos.data.image_folder as image_folder
 from vitpos import VitposError
-from vitpos.data import CIFAR10_CLASSES, CIFAR10DataModule, ImageFolderDataModule
-from vitpos.image_folder import load_image_tree
+from vitpos.data import CIFAR10_CLASSES, CIFAR10DataModule, ImageFolderDataModule, load_image_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +27,9 @@ def write_image(path: Path, image: torch.Tensor) -> None:
     path.write_bytes(encoded.numpy().tobytes())
 
 
-def write_tree(root: Path, counts: dict[str, dict[str, int]], suffix: str = ".png", size=(8, 8), channels: int = 3,
-               seed: int = 0) -> dict[str, list[torch.Tensor]]:
+def write_tree(
+    root: Path, counts: dict[str, dict[str, int]], suffix: str = ".png", size=(8, 8), channels: int = 3, seed: int = 0
+) -> dict[str, list[torch.Tensor]]:
     """counts: split folder -> class -> number of images. Each image is noise plus its class index
     in pixel (0, 0) of channel 0, so a test can read labels back from pixels."""
     generator = torch.Generator().manual_seed(seed)
@@ -75,8 +76,9 @@ def test_labels_follow_sorted_folder_names_and_counts(tmp_path):
 
 def test_val_folder_is_the_test_split_and_grey_images_give_one_channel(tmp_path):
     write_tree(tmp_path / "tree", {"train": {"a": 2, "b": 2}, "val": {"a": 1, "b": 1}}, suffix=".jpg", channels=1)
-    datamodule = ImageFolderDataModule(root=str(tmp_path / "tree"), data_dir=str(tmp_path), img_size=8,
-                                       val_size=1, batch_size=1)
+    datamodule = ImageFolderDataModule(
+        root=str(tmp_path / "tree"), data_dir=str(tmp_path), img_size=8, val_size=1, batch_size=1
+    )
     datamodule.setup()
     assert (datamodule.num_classes, datamodule.in_chans, len(datamodule.test_set)) == (2, 1, 2)
     assert datamodule.source.endswith("(JPEG: lossy)")
@@ -96,8 +98,11 @@ def test_archive_and_folder_give_identical_tensors(suffix, tmp_path):
     from_archive = load_image_tree(archive(tmp_path / "photos", tmp_path / f"photos{suffix}"), None, (8, 8))
     for name in ("train_images", "train_labels", "test_images", "test_labels"):
         assert torch.equal(getattr(from_folder, name), getattr(from_archive, name)), name
-    assert (from_folder.classes, from_folder.mean, from_folder.std) == \
-        (from_archive.classes, from_archive.mean, from_archive.std)
+    assert (from_folder.classes, from_folder.mean, from_folder.std) == (
+        from_archive.classes,
+        from_archive.mean,
+        from_archive.std,
+    )
 
 
 def test_cache_is_reused_and_rebuilt_when_a_file_changes(tmp_path, monkeypatch):
@@ -126,15 +131,27 @@ def remove_test_split(root: Path) -> None:
 BROKEN = [  # (what is wrong, how to break a good tree, words the message must contain)
     ("missing root", lambda root: root.rename(root.with_name("elsewhere")), "does not exist"),
     ("no test split", remove_test_split, "has no test/<class>/ or val/<class>/ folder"),
-    ("test class not in train", lambda root: write_tree(root, {"test": {"zebra": 1}}),
-     "test class 'zebra' has no folder in train/"),
+    (
+        "test class not in train",
+        lambda root: write_tree(root, {"test": {"zebra": 1}}),
+        "test class 'zebra' has no folder in train/",
+    ),
     ("empty class folder", lambda root: (root / "train" / "emu").mkdir(), "class folder train/emu/ holds no image"),
-    ("corrupt image", lambda root: (root / "train" / "cat" / "003.png").write_bytes(b"not a png"),
-     "train/cat/003.png cannot be decoded as an image"),
-    ("non-image file", lambda root: (root / "train" / "cat" / "notes.txt").write_text("x"),
-     "train/cat/notes.txt is not an image"),
-    ("mixed channels", lambda root: write_tree(root, {"train": {"eel": 1}}, channels=1),
-     "mix channel counts: 1-channel (train/eel/000.png), 3-channel"),
+    (
+        "corrupt image",
+        lambda root: (root / "train" / "cat" / "003.png").write_bytes(b"not a png"),
+        "train/cat/003.png cannot be decoded as an image",
+    ),
+    (
+        "non-image file",
+        lambda root: (root / "train" / "cat" / "notes.txt").write_text("x"),
+        "train/cat/notes.txt is not an image",
+    ),
+    (
+        "mixed channels",
+        lambda root: write_tree(root, {"train": {"eel": 1}}, channels=1),
+        "mix channel counts: 1-channel (train/eel/000.png), 3-channel",
+    ),
 ]
 
 
@@ -165,16 +182,21 @@ def test_an_archive_cut_short_is_named(tmp_path):
 
 
 def cifar10_tree(root: Path, per_class: int = 2) -> Path:
-    write_tree(root, {"train": dict.fromkeys(CIFAR10_CLASSES, per_class), "test": dict.fromkeys(CIFAR10_CLASSES, 1)},
-               suffix=".jpg", size=(32, 32))
+    write_tree(
+        root,
+        {"train": dict.fromkeys(CIFAR10_CLASSES, per_class), "test": dict.fromkeys(CIFAR10_CLASSES, 1)},
+        suffix=".jpg",
+        size=(32, 32),
+    )
     return root
 
 
 def test_cifar10_reads_an_image_tree_archive_in_data_dir_and_records_the_copy(tmp_path):
     (tmp_path / "data").mkdir()
     archive(cifar10_tree(tmp_path / "cifar10-jpeg"), tmp_path / "data" / "cifar10-jpeg.tar.gz")
-    datamodule = CIFAR10DataModule(data_dir=str(tmp_path / "data"), cache_dir=str(tmp_path / "cache"),
-                                   val_size=4, batch_size=4, download=False)
+    datamodule = CIFAR10DataModule(
+        data_dir=str(tmp_path / "data"), cache_dir=str(tmp_path / "cache"), val_size=4, batch_size=4, download=False
+    )
     datamodule.setup()
     assert (len(datamodule.train_set), len(datamodule.val_set), len(datamodule.test_set)) == (16, 4, 10)
     assert datamodule.test_set.labels.tolist() == list(range(10))  # CIFAR-10's label order
@@ -188,12 +210,28 @@ def test_cifar10_refuses_an_image_tree_of_other_classes(tmp_path):
 
 
 def test_train_on_a_folder_of_ones_own_images_from_the_command_line(tmp_path):
-    write_tree(tmp_path / "photos", {"train": {"bird": 24, "fish": 24}, "test": {"bird": 4, "fish": 4}},
-               suffix=".jpg", size=(20, 24))
-    command = [sys.executable, str(ROOT / "train.py"), "data=image_folder", f"data.root={tmp_path / 'photos'}",
-               "data.val_size=8", "data.batch_size=8", "img_size=16", "model=vit_micro", "trainer.max_steps=2",
-               "trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "figures_at_end=false",
-               f"paths.log_dir={tmp_path / 'logs'}", f"paths.data_dir={tmp_path / 'data'}"]
+    write_tree(
+        tmp_path / "photos",
+        {"train": {"bird": 24, "fish": 24}, "test": {"bird": 4, "fish": 4}},
+        suffix=".jpg",
+        size=(20, 24),
+    )
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "data=image_folder",
+        f"data.root={tmp_path / 'photos'}",
+        "data.val_size=8",
+        "data.batch_size=8",
+        "img_size=16",
+        "model=vit_micro",
+        "trainer.max_steps=2",
+        "trainer.accelerator=cpu",
+        "trainer.enable_progress_bar=false",
+        "callbacks.figures=null",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        f"paths.data_dir={tmp_path / 'data'}",
+    ]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "data=image_folder from image folder" in result.stdout and "(JPEG: lossy)" in result.stdout

@@ -1,5 +1,7 @@
 """Library modules below, command-line modules above: no library module imports a CLI module,
-no import circle, and every module imports alone in a fresh interpreter."""
+no import circle, and every module imports alone in a fresh interpreter. Modules are named by
+their path in the package: `errors`, `pos` (pos/__init__.py), `pos.base`, `data.sampling`, ..."""
+
 from __future__ import annotations
 
 import ast
@@ -11,26 +13,72 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "vitpos"
 CLI_MODULES = {"__main__", "evaluate", "compare", "diagnose", "figures"}  # `python -m vitpos[.<name>]`
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+
+
+def module_name(path: Path) -> str:
+    """`vitpos/data/sampling.py` -> `data.sampling`, `vitpos/pos/__init__.py` -> `pos`."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+FILES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "__init__.py"}
+MODULES = sorted(FILES)
+SUBPACKAGES = sorted(m for m, p in FILES.items() if p.name == "__init__.py")
+
+
+def package_of(module: str) -> list[str]:
+    """The package a module's relative imports start from (a subpackage's __init__ is its own)."""
+    parts = module.split(".")
+    return parts if FILES[module].name == "__init__.py" else parts[:-1]
+
+
+def resolve(name: list[str]) -> str | None:
+    """The longest prefix of `name` that is a vitpos module (`data.cifar10.X` -> `data.cifar10`)."""
+    for end in range(len(name), 0, -1):
+        if ".".join(name[:end]) in FILES:
+            return ".".join(name[:end])
+    return None
+
+
+def imported_names(module: str) -> set[str]:
+    """vitpos modules that `module` names in an import, at any depth of its code (function-local
+    ones too): `from .x import y` is `x`, or `x.y` when that is a module."""
+    found = set()
+    for node in ast.walk(ast.parse(FILES[module].read_text())):
+        targets = []
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package_of(module)[: len(package_of(module)) - (node.level - 1)]
+            source = base + (node.module.split(".") if node.module else [])
+            targets = [source + [alias.name] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vitpos":
+            targets = [node.module.split(".")[1:] + [alias.name] for alias in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [alias.name.split(".")[1:] for alias in node.names if alias.name.split(".")[0] == "vitpos"]
+        found.update(resolve(target) for target in targets)
+    return found - {None}
 
 
 def local_imports(module: str) -> set[str]:
-    """vitpos modules that `module` imports, at any depth of its code (function-local ones too)."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    """What importing `module` runs: the modules it imports and, for a module of a subpackage it
+    is not itself in, that subpackage's __init__ too (Python runs it first)."""
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                found.add(node.module.split(".")[0])
-            else:
-                found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vitpos."):
-            found.add(node.module.split(".")[1])
-    return found & (set(MODULES) | {"pos"})
+    own = package_of(module)
+    for imported in imported_names(module):
+        parts = imported.split(".")
+        found.add(imported)
+        found.update(".".join(parts[:end]) for end in range(1, len(parts)) if parts[:end] != own[:end])
+    return found - {module}
+
+
+def test_modules_are_found_in_subpackages():
+    assert {"pos", "data"} <= set(SUBPACKAGES)
+    assert {"pos.base", "data.sampling", "data.datamodule"} <= set(MODULES)
+    assert "data.datamodule" in local_imports("data.cifar10") and "data" not in local_imports("data.cifar10")
+    assert {"pos", "pos.base"} <= local_imports("plots")  # `from .pos.base import Grid` runs pos/__init__ first
 
 
 def test_cli_modules_are_the_ones_with_a_main():
-    with_main = {m for m in MODULES if "def main(" in (PACKAGE / f"{m}.py").read_text()}
+    with_main = {m for m in MODULES if "def main(" in FILES[m].read_text()}
     assert with_main == CLI_MODULES
 
 
@@ -40,15 +88,27 @@ def test_library_module_imports_no_cli_module(module):
 
 
 def test_no_import_circle():
-    graph = {m: local_imports(m) - {"pos"} for m in MODULES}
+    graph = {m: local_imports(m) for m in MODULES}
 
     def visit(module: str, path: list[str]) -> None:
         for imported in graph[module]:
-            assert imported not in path, "import circle: " + " -> ".join(path[path.index(imported):] + [imported])
+            assert imported not in path, "import circle: " + " -> ".join(path[path.index(imported) :] + [imported])
             visit(imported, path + [imported])
 
     for module in MODULES:
         visit(module, [module])
+
+
+def test_data_package_reexports_every_datamodule():
+    """Configs and the checkpoints saved before vitpos.data became a package name the datasets
+    `vitpos.data.<Class>` (`_target_`): every datamodule of the package answers to that name."""
+    import vitpos.data
+    from vitpos.data import ImageDataModule
+
+    for module in (m for m in MODULES if m.startswith("data.")):
+        for name, value in vars(__import__(f"vitpos.{module}", fromlist=["_"])).items():
+            if isinstance(value, type) and issubclass(value, ImageDataModule):
+                assert getattr(vitpos.data, name, None) is value, f"vitpos.data does not re-export {module}.{name}"
 
 
 def test_every_module_imports_first_in_a_fresh_interpreter():
@@ -74,23 +134,30 @@ def test_no_private_attribute_of_another_object_and_no_override_of_a_private_met
     import lightning as L
     import torch
 
-    private = {name for cls in (torch.nn.Module, L.LightningModule, L.LightningDataModule, L.Callback)
-               for name in dir(cls) if name.startswith("_") and not name.startswith("__")}
+    private = {
+        name
+        for cls in (torch.nn.Module, L.LightningModule, L.LightningDataModule, L.Callback)
+        for name in dir(cls)
+        if name.startswith("_") and not name.startswith("__")
+    }
     for path in PACKAGE.rglob("*.py"):
+        where = path.relative_to(PACKAGE)
         for node in ast.walk(ast.parse(path.read_text())):
             # (`_target_` / `_partial_` are Hydra's config keys, not private names)
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.endswith("_"):
-                assert isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"), \
-                    f"{path.name}:{node.lineno} reads {node.attr} of another object"
+                assert isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"), (
+                    f"{where}:{node.lineno} reads {node.attr} of another object"
+                )
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if isinstance(item, ast.FunctionDef):
-                        assert item.name not in private, f"{path.name}:{item.lineno} overrides {item.name}"
+                        assert item.name not in private, f"{where}:{item.lineno} overrides {item.name}"
 
 
 def test_no_private_attribute_of_torch_or_lightning():
     """Public APIs only: no `torch.<...>._name` / `lightning.<...>._name` access or import."""
     for path in PACKAGE.rglob("*.py"):
+        where = path.relative_to(PACKAGE)
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("torch", "lightning"):
@@ -100,5 +167,6 @@ def test_no_private_attribute_of_torch_or_lightning():
                 base = node.value
                 while isinstance(base, ast.Attribute):
                     base = base.value
-                assert not (isinstance(base, ast.Name) and base.id in ("torch", "L", "lightning", "trainer")), \
-                    f"{path.name}:{node.lineno} uses {node.attr}"
+                assert not (isinstance(base, ast.Name) and base.id in ("torch", "L", "lightning", "trainer")), (
+                    f"{where}:{node.lineno} uses {node.attr}"
+                )

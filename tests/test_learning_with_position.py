@@ -1,5 +1,6 @@
 """With a position signal the arrangement task is learned, far above the chance level `none`
 stays at (tests/test_learning_without_position.py; see learning_budget)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Without a position signal the arrangement task stays at chance (see learning_budget)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Properties of the ViT with every registered positional scheme: shapes on any grid, gradients,
 weight decay groups, patch-permutation (in)variance, configuration errors, attention backends."""
+
 from __future__ import annotations
 
 import re
@@ -80,7 +81,7 @@ def test_forward_gives_finite_logits_on_any_grid(pos, pool, case):
     x = images(*size, batch=3)
     with torch.no_grad():
         logits = model(x)
-        single = torch.cat([model(x[i:i + 1]) for i in range(3)])
+        single = torch.cat([model(x[i : i + 1]) for i in range(3)])
     assert logits.shape == (3, 10)
     assert torch.isfinite(logits).all()
     # samples do not mix (a wrong reshape between batch and tokens would mix them)
@@ -249,11 +250,14 @@ def test_unknown_scheme_lists_every_valid_name():
         assert re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", message), f"{name!r} missing from: {message}"
 
 
-@pytest.mark.parametrize("pos,dim,num_heads,valid_dim", [
-    ("2d_sin", 34, 2, 36),      # needs dim % 4 == 0
-    ("1d_sin", 33, 3, 36),      # needs dim % 2 == 0
-    ("2d_learned", 33, 3, 36),  # needs dim % 2 == 0
-])
+@pytest.mark.parametrize(
+    "pos,dim,num_heads,valid_dim",
+    [
+        ("2d_sin", 34, 2, 36),  # needs dim % 4 == 0
+        ("1d_sin", 33, 3, 36),  # needs dim % 2 == 0
+        ("2d_learned", 33, 3, 36),  # needs dim % 2 == 0
+    ],
+)
 def test_indivisible_dim_raises_config_error(pos, dim, num_heads, valid_dim):
     # dim % num_heads == 0 here, so the error can only come from the positional scheme
     with pytest.raises(ConfigError, match=rf"{re.escape(pos)}.*dim={dim}"):
@@ -363,8 +367,9 @@ def test_math_and_sdpa_attention_agree(pos, pool, size, monkeypatch):
         other = sdpa_params[name]
         assert (param.grad is None) == (other.grad is None), name
         if param.grad is not None:
-            torch.testing.assert_close(other.grad, param.grad, atol=1e-5, rtol=1e-4,
-                                       msg=lambda m, name=name: f"{name}: {m}")
+            torch.testing.assert_close(
+                other.grad, param.grad, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}"
+            )
 
 
 @pytest.mark.parametrize("pos", SCHEMES)
@@ -405,8 +410,12 @@ def test_model_arguments_saved_before_an_argument_existed_compare_as_built():
     from vitpos.model import as_built
 
     before = {"pos": "rope_axial", "img_size": [32, 32], "dim": 64, "pos_kwargs": {"resize_mode": "extrapolate"}}
-    today = dict(before, attn_temperature="none", temperature_ref_size=[32, 32],
-                 pos_kwargs={"resize_mode": "extrapolate", "fuzzy": False})
+    today = dict(
+        before,
+        attn_temperature="none",
+        temperature_ref_size=[32, 32],
+        pos_kwargs={"resize_mode": "extrapolate", "fuzzy": False},
+    )
     assert as_built(before) == as_built(today)
     assert as_built(before) != as_built(dict(today, pos_kwargs={"resize_mode": "extrapolate", "fuzzy": True}))
     assert as_built(before) != as_built(dict(today, temperature_ref_size=[16, 16]))

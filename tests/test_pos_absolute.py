@@ -1,6 +1,7 @@
 """Additive schemes (`1d_learned`, `2d_learned`, `1d_sin`, `2d_sin`), checked against references
 written independently here. Rectangular grids throughout, so a swapped H/W or a grid inferred with
 sqrt(N) shows up."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,12 @@ def sincos2d_reference(grid, dim, temperature=10000.0):
     table = []
     for row in range(height):
         for col in range(width):
-            table.append([math.sin(row * w) for w in freqs] + [math.sin(col * w) for w in freqs]
-                         + [math.cos(row * w) for w in freqs] + [math.cos(col * w) for w in freqs])
+            table.append(
+                [math.sin(row * w) for w in freqs]
+                + [math.sin(col * w) for w in freqs]
+                + [math.cos(row * w) for w in freqs]
+                + [math.cos(col * w) for w in freqs]
+            )
     return torch.tensor(table, dtype=torch.float64)
 
 

@@ -1,5 +1,6 @@
 """The conditional scheme (`cpe`): a residual depthwise convolution on the token grid. Rectangular
 grids throughout, so a swapped H/W or a grid inferred with sqrt(N) shows up."""
+
 from __future__ import annotations
 
 import pytest
@@ -55,9 +56,9 @@ def test_cpe_translation_equivariant_in_interior(axis, grid):
 
     y, y_shifted = response(fmap), response(shifted)
     if axis == "col":  # interior columns 2..W-2: both receptive fields lie inside the image
-        torch.testing.assert_close(y_shifted[..., :, 2:width - 1], y[..., :, 1:width - 2], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(y_shifted[..., :, 2 : width - 1], y[..., :, 1 : width - 2], atol=1e-6, rtol=1e-5)
     else:
-        torch.testing.assert_close(y_shifted[..., 2:height - 1, :], y[..., 1:height - 2, :], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(y_shifted[..., 2 : height - 1, :], y[..., 1 : height - 2, :], atol=1e-6, rtol=1e-5)
     # not trivially: the response does move with the input
     assert not torch.allclose(y_shifted, y, atol=1e-4)
 

@@ -1,6 +1,7 @@
 """Attention-bias schemes (`rel_bias`, `cpb`, `alibi_2d`: functions of the offset only; `rel_shaw`:
 of the offset and the query), references written here. Rectangular grids throughout, so a swapped
 H/W or a grid inferred with sqrt(N) shows up."""
+
 from __future__ import annotations
 
 import copy
@@ -329,8 +330,9 @@ def test_rel_shaw_offsets_beyond_max_distance_get_the_term_of_max_distance(max_d
             for (drow, dcol), value in per_offset.items():
                 assert abs(value - per_offset[clip(drow), clip(dcol)]) < 1e-5, (drow, dcol)
             # and the (2K+1)^2 offsets within the clipping range are all told apart
-            inside = sorted(value for (drow, dcol), value in per_offset.items()
-                            if (drow, dcol) == (clip(drow), clip(dcol)))
+            inside = sorted(
+                value for (drow, dcol), value in per_offset.items() if (drow, dcol) == (clip(drow), clip(dcol))
+            )
             assert len(inside) == (2 * max_distance + 1) ** 2
             assert min(b - a for a, b in zip(inside, inside[1:])) > 1e-4
 
@@ -338,8 +340,10 @@ def test_rel_shaw_offsets_beyond_max_distance_get_the_term_of_max_distance(max_d
 def test_rel_shaw_any_grid_uses_the_same_tables():
     """Nothing depends on the grid but the index: the same parameters for every built grid, a larger
     input runs, and converting the model to it changes no tensor."""
-    shapes = {size: {name: p.shape for name, p in build("rel_shaw", size, dim=16, num_heads=2).pos.named_parameters()}
-              for size in [(12, 20), 32, (64, 48)]}
+    shapes = {
+        size: {name: p.shape for name, p in build("rel_shaw", size, dim=16, num_heads=2).pos.named_parameters()}
+        for size in [(12, 20), 32, (64, 48)]
+    }
     assert shapes[(12, 20)] == shapes[32] == shapes[(64, 48)]
     assert sum(s.numel() for s in shapes[32].values()) == 2 * 2 * 5 * 8  # layers x axes x (2K+1) x head_dim
 
@@ -354,8 +358,9 @@ def test_rel_shaw_any_grid_uses_the_same_tables():
     assert model.state_dict().keys() == state.keys()
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     with torch.no_grad():
-        torch.testing.assert_close(model(torch.randn(2, 3, 48, 64, generator=torch.Generator().manual_seed(0))),
-                                   logits, atol=0, rtol=0)
+        torch.testing.assert_close(
+            model(torch.randn(2, 3, 48, 64, generator=torch.Generator().manual_seed(0))), logits, atol=0, rtol=0
+        )
     with pytest.raises(ConfigError, match="leave resize_mode unset"):
         model.resize(32, "bicubic")
 
@@ -376,6 +381,7 @@ def test_rel_shaw_with_zero_tables_is_the_model_without_position(pool, attn_impl
 
 @pytest.mark.parametrize("max_distance", [0, -1, 1.5, True])
 def test_rel_shaw_max_distance_must_be_a_positive_integer(max_distance):
-    with pytest.raises(ConfigError,
-                       match=r"pos=rel_shaw needs max_distance to be a positive integer.*max_distance=2; got"):
+    with pytest.raises(
+        ConfigError, match=r"pos=rel_shaw needs max_distance to be a positive integer.*max_distance=2; got"
+    ):
         build("rel_shaw", 32, pos_kwargs={"max_distance": max_distance})

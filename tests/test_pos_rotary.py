@@ -1,6 +1,7 @@
 """Rotary schemes (`rope_axial`, `rope_mixed`): scores depend on the 2D offset only, the rotation
 matches timm's formula. Rectangular grids throughout, so a swapped H/W or a grid inferred with
 sqrt(N) shows up."""
+
 from __future__ import annotations
 
 import pytest
@@ -75,8 +76,9 @@ def axial_reference(x, grid, theta, ref_grid=None):
     angles = axial_angles(grid, x.shape[-1], theta, ref_grid)
     x = x.double()
     first, second = x.chunk(2, dim=-1)
-    return torch.cat([first * angles.cos() - second * angles.sin(),
-                      second * angles.cos() + first * angles.sin()], dim=-1)
+    return torch.cat(
+        [first * angles.cos() - second * angles.sin(), second * angles.cos() + first * angles.sin()], dim=-1
+    )
 
 
 @pytest.mark.parametrize("theta", [100.0, 10000.0])
@@ -97,8 +99,9 @@ def test_rope_axial_matches_reference(grid, mode, theta):
     torch.testing.assert_close(model.pos.rotate(1, q, k, grid)[0], q_rot, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("angles_shape", [(10, 4), (1, 10, 4), (3, 10, 4)],
-                         ids=["shared", "broadcast-head", "per-head"])
+@pytest.mark.parametrize(
+    "angles_shape", [(10, 4), (1, 10, 4), (3, 10, 4)], ids=["shared", "broadcast-head", "per-head"]
+)
 def test_half_layout_rotation_is_timms_formula_with_exact_gradients(angles_shape):
     """The hand-written rotation and backward against timm's `apply_rot_embed(half=True)` and against
     finite differences, for fixed (shared) and learned (per-head) angles and a non-contiguous x."""
@@ -136,7 +139,7 @@ def test_rope_modes_interpolate_rescales_extrapolate_extends(pos):
 # fp32 angles with sin/cos rounded once to bf16 and a bf16 multiply-add: measured 0.0013-0.0014 over
 # seeds (0.0009 for the exact rotation rounded to bf16); with the angles themselves rounded to bf16
 # (errors up to 2^-6 rad at 4.7 rad, position 15 of the second-fastest pair): 0.0029-0.0030
-BF16_ROTATION_TOLERANCE = 2 ** -9
+BF16_ROTATION_TOLERANCE = 2**-9
 
 
 def bf16_rotation_error(rotated, x, grid, theta):
@@ -144,7 +147,7 @@ def bf16_rotation_error(rotated, x, grid, theta):
     the batch, heads and tokens: the worst channel."""
     reference = axial_reference(x, grid, theta)
     first, second = x.double().chunk(2, dim=-1)
-    pair_norm = (first ** 2 + second ** 2).sqrt().repeat(1, 1, 1, 2)
+    pair_norm = (first**2 + second**2).sqrt().repeat(1, 1, 1, 2)
     return ((rotated.double() - reference).abs() / pair_norm).mean(dim=(0, 1, 2)).max().item()
 
 
@@ -179,8 +182,9 @@ def test_rope_axial_angles_are_fp32_under_autocast_and_in_a_bf16_model():
         for size in (64, 48):
             assert model(torch.randn(1, 3, size, size, dtype=torch.bfloat16)).dtype == torch.bfloat16
     # and back to fp32: the same angles as a model that never was bf16
-    torch.testing.assert_close(model.float().pos.angles(0, grid), build("rope_axial", 64, dim=32).pos.angles(0, grid),
-                               atol=0, rtol=0)
+    torch.testing.assert_close(
+        model.float().pos.angles(0, grid), build("rope_axial", 64, dim=32).pos.angles(0, grid), atol=0, rtol=0
+    )
 
 
 def test_rope_axial_angles_are_computed_once_per_grid_also_in_training():
@@ -232,8 +236,9 @@ def test_rope_mixed_learning_a_frequency_changes_the_scores():
     after = rotated_scores(model.pos, 0, (3, 5))  # recomputed with gradients on
     torch.testing.assert_close(cached, after)
     assert (after - before).abs().max() > 1e-2
-    torch.testing.assert_close(rotated_scores(model.pos, 1, (3, 5)), rotated_scores(build(
-        "rope_mixed", (12, 20), dim=32).pos, 1, (3, 5)))  # layer 1 untouched
+    torch.testing.assert_close(
+        rotated_scores(model.pos, 1, (3, 5)), rotated_scores(build("rope_mixed", (12, 20), dim=32).pos, 1, (3, 5))
+    )  # layer 1 untouched
 
 
 @pytest.mark.parametrize("dim,num_heads", [(24, 4), (40, 4), (36, 6)], ids=["hd6", "hd10", "hd6b"])

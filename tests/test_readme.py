@@ -2,6 +2,7 @@
 code blocks, and every such command inline in its prose that is not a usage form (`<arg>`,
 `[option=...]`), composes with Hydra or parses with the tool's options as written (no placeholder,
 no glob), so a README command cannot drift from the code. Nothing is trained or evaluated."""
+
 from __future__ import annotations
 
 import importlib
@@ -27,8 +28,11 @@ def readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
     for line in text.splitlines():
         if not in_block and not line.startswith("```"):
-            commands += [span for span in re.findall(r"`(python (?:train\.py|-m vitpos)[^`]*)`", line)
-                         if not TEMPLATE.search(span)]
+            commands += [
+                span
+                for span in re.findall(r"`(python (?:train\.py|-m vitpos)[^`]*)`", line)
+                if not TEMPLATE.search(span)
+            ]
         if line.startswith("```"):
             in_block, pending = not in_block, ""
             continue
@@ -50,8 +54,12 @@ COMMANDS = readme_commands()
 
 def test_readme_has_commands_of_every_kind():
     kinds = {" ".join(shlex.split(c)[:3]) if c.startswith("python -m") else "python train.py" for c in COMMANDS}
-    assert {"python train.py", "python -m vitpos.compare", "python -m vitpos.evaluate",
-            "python -m vitpos.figures"} <= kinds
+    assert {
+        "python train.py",
+        "python -m vitpos.compare",
+        "python -m vitpos.evaluate",
+        "python -m vitpos.figures",
+    } <= kinds
 
 
 # the function each tool's main() hands its parsed options to (replaced: nothing runs)

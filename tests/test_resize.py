@@ -7,6 +7,7 @@ dict with `hyper_parameters.model` and a `model.`-prefixed `state_dict`), with t
 parameters perturbed so that resampling is not a no-op; the evaluate and fine-tune tests use a
 checkpoint written by a real (tiny) `train(cfg)` run.
 """
+
 from __future__ import annotations
 
 import csv
@@ -62,10 +63,22 @@ def model_kwargs(pos: str, **pos_overrides) -> dict:
 
 def save_checkpoint(model: vitpos.VisionTransformer, path: Path, model_args: dict | None = None) -> Path:
     """Write `model` in the (Lightning) checkpoint layout `read_checkpoint` / `load_model` accept."""
-    data = dict(_target_="vitpos.data.SyntheticDataModule", data_dir=str(path.parent / "data"), img_size=TRAIN_SIZE,
-                batch_size=64, num_workers=0, augment="none", num_train=256, num_test=64, val_size=64, seed=0)
-    checkpoint = {"hyper_parameters": {"model": model_args or model.config, "data": data},
-                  "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}}
+    data = dict(
+        _target_="vitpos.data.SyntheticDataModule",
+        data_dir=str(path.parent / "data"),
+        img_size=TRAIN_SIZE,
+        batch_size=64,
+        num_workers=0,
+        augment="none",
+        num_train=256,
+        num_test=64,
+        val_size=64,
+        seed=0,
+    )
+    checkpoint = {
+        "hyper_parameters": {"model": model_args or model.config, "data": data},
+        "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+    }
     torch.save(checkpoint, path)
     return path
 
@@ -151,8 +164,11 @@ def test_load_at_own_size_is_bit_identical(pos, scheme_ckpts):
     original = create_model(**checkpoint["hyper_parameters"]["model"])
     original.load_state_dict(model_state(checkpoint))
     expected = logits(original, TRAIN_SIZE)
-    for model in (load_model(scheme_ckpts[pos]), load_model(scheme_ckpts[pos], img_size=TRAIN_SIZE),
-                  load_model(scheme_ckpts[pos], img_size=(TRAIN_SIZE, TRAIN_SIZE))):
+    for model in (
+        load_model(scheme_ckpts[pos]),
+        load_model(scheme_ckpts[pos], img_size=TRAIN_SIZE),
+        load_model(scheme_ckpts[pos], img_size=(TRAIN_SIZE, TRAIN_SIZE)),
+    ):
         assert not model.training
         assert model.grid == (8, 8) and model.config["img_size"] == [TRAIN_SIZE, TRAIN_SIZE]
         assert torch.equal(logits(model, TRAIN_SIZE), expected)
@@ -230,8 +246,9 @@ def smooth_field(shape: tuple[int, int], channels: int, generator: torch.Generat
     height, width = shape
     u = ((torch.arange(height) + 0.5) / height)[:, None, None, None]  # (H, 1, 1, 1)
     v = ((torch.arange(width) + 0.5) / width)[None, :, None, None]  # (1, W, 1, 1)
-    amp, fy, fx, phase = (torch.rand(4, 3, channels, generator=generator) * torch.tensor([2.0, 1, 1, 2 * math.pi])
-                          [:, None, None]).unbind(0)  # each (3, C)
+    amp, fy, fx, phase = (
+        torch.rand(4, 3, channels, generator=generator) * torch.tensor([2.0, 1, 1, 2 * math.pi])[:, None, None]
+    ).unbind(0)  # each (3, C)
     return (amp * torch.cos(2 * math.pi * (fy * u + fx * v) + phase)).sum(dim=2)  # (H, W, C)
 
 
@@ -415,8 +432,7 @@ def test_evaluate_writes_table_csv_plot_and_tensorboard(real_run_copy, tmp_path)
     out = tmp_path / "eval"
     # limit=99 ends on a partial batch. (This 2-step model predicts one class everywhere, so its macro
     # accuracy is 0.25 at every size: the checks below are about wiring, not about the values.)
-    assert evaluate_main([f"ckpt={real_run_copy}", "img_sizes=[32,48]", f"out={out}", "batch_size=64",
-                          "limit=99"]) == 0
+    assert evaluate_main([f"ckpt={real_run_copy}", "img_sizes=[32,48]", f"out={out}", "batch_size=64", "limit=99"]) == 0
     rows = check_outputs(out, "2d_sin")
     assert all(row["checkpoint"] == str(real_run_copy) for row in rows)
 
@@ -431,9 +447,23 @@ def test_evaluate_writes_table_csv_plot_and_tensorboard(real_run_copy, tmp_path)
 
     # the same through the command line, with the run folder instead of the file
     cli_out = tmp_path / "eval_cli"
-    result = subprocess.run([sys.executable, "-m", "vitpos.evaluate", f"ckpt={run_dir}", "img_sizes=[32,48]",
-                             f"out={cli_out}", "batch_size=64", "limit=99"],
-                            cwd=tmp_path, capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vitpos.evaluate",
+            f"ckpt={run_dir}",
+            "img_sizes=[32,48]",
+            f"out={cli_out}",
+            "batch_size=64",
+            "limit=99",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     cli_rows = check_outputs(cli_out, "2d_sin")
     assert [row["acc"] for row in cli_rows] == [row["acc"] for row in rows]
@@ -454,12 +484,17 @@ def test_evaluate_best_chooses_on_validation_and_tests_only_the_choice(scheme_ck
 
     monkeypatch.setattr("vitpos.evaluate.accuracy", fake_accuracy)
     out = tmp_path / "eval"
-    assert evaluate_main([f"ckpt={scheme_ckpts['2d_sin']}", "img_sizes=[32,48]", "resize_mode=best",
-                          "batch_size=64", f"out={out}"]) == 0
+    assert (
+        evaluate_main(
+            [f"ckpt={scheme_ckpts['2d_sin']}", "img_sizes=[32,48]", "resize_mode=best", "batch_size=64", f"out={out}"]
+        )
+        == 0
+    )
     assert test_calls == [((32, 32), "interpolate", "log"), ((48, 48), "interpolate", "log")]
     rows = read_csv(out / "resolution.csv")
-    assert [(r["resize_mode"], r["attn_temperature"], r["chosen_on"], r["acc"]) for r in rows] == \
-        [("interpolate", "log", "val", "0.5")] * 2
+    assert [(r["resize_mode"], r["attn_temperature"], r["chosen_on"], r["acc"]) for r in rows] == [
+        ("interpolate", "log", "val", "0.5")
+    ] * 2
 
 
 def test_a_limited_evaluation_draws_every_class_of_a_split_stored_class_by_class():
@@ -480,16 +515,26 @@ def test_load_model_with_a_temperature_measures_it_from_the_training_size(scheme
 def test_evaluate_reads_but_never_writes_into_an_unfinished_run(real_run_copy, tmp_path, capsys):
     run = real_run_copy.parent.parent
     (run / "results.json").unlink()  # as a run still training
-    assert evaluate_main([f"ckpt={real_run_copy}", "img_sizes=[32]", f"out={tmp_path / 'eval'}", "batch_size=64",
-                          "limit=64"]) == 0
+    assert (
+        evaluate_main(
+            [f"ckpt={real_run_copy}", "img_sizes=[32]", f"out={tmp_path / 'eval'}", "batch_size=64", "limit=64"]
+        )
+        == 0
+    )
     assert "has not finished (no results.json)" in capsys.readouterr().out
     assert not list(run.glob("*.resolution"))  # no events written into the run
     assert read_csv(tmp_path / "eval" / "resolution.csv")[0]["img_size"] == "32px"
 
 
 def test_evaluate_cli_missing_checkpoint_is_one_error_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "vitpos.evaluate", "ckpt=/nonexistent"], cwd=tmp_path,
-                            capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "vitpos.evaluate", "ckpt=/nonexistent"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=300,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -665,17 +710,31 @@ def test_unknown_mode_names_the_choices(pos, size, scheme_ckpts):
     with pytest.raises(ConfigError) as error:
         load_model(scheme_ckpts[pos], img_size=size, resize_mode="no_such_mode")
     modes = get_pos_class(pos).resize_modes
-    assert_one_line(error, f"pos={pos}", "'no_such_mode'",
-                    f"choose one of {', '.join(modes)}" if modes else "leave resize_mode unset")
+    assert_one_line(
+        error,
+        f"pos={pos}",
+        "'no_such_mode'",
+        f"choose one of {', '.join(modes)}" if modes else "leave resize_mode unset",
+    )
 
 
 def test_cli_finetune_takes_the_checkpoints_data_and_refuses_architecture_overrides(real_ckpt, tmp_path):
     """`python train.py pos=... img_size=48 finetune_from=...` with no data= fine-tunes on the
     checkpoint's dataset (synthetic here, not the default CIFAR-10), says so, and prints the grid
     conversion; a model override the checkpoint would replace is refused with the difference."""
-    common = [sys.executable, str(ROOT / "train.py"), "pos=2d_sin", "img_size=48", f"finetune_from={real_ckpt}",
-              f"paths.log_dir={tmp_path / 'logs'}", "trainer.max_steps=1", "trainer.limit_val_batches=1",
-              "trainer.limit_test_batches=1", "trainer.enable_progress_bar=false", "figures_at_end=false"]
+    common = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "pos=2d_sin",
+        "img_size=48",
+        f"finetune_from={real_ckpt}",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        "trainer.max_steps=1",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "trainer.enable_progress_bar=false",
+        "callbacks.figures=null",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run(common, cwd=tmp_path, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -685,4 +744,5 @@ def test_cli_finetune_takes_the_checkpoints_data_and_refuses_architecture_overri
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
         "error: fine-tuning keeps the checkpoint's architecture, but model.depth=3 (checkpoint: 2); drop these "
-        "overrides (resize_mode= picks how positions are converted)"]
+        "overrides (resize_mode= picks how positions are converted)"
+    ]

@@ -2,6 +2,7 @@
 
 Runs `train.py` in subprocesses, like a pre-empted job. The runs use augmentation and stochastic
 depth, so the data order *and* the RNG stream must both be restored for the weights to match."""
+
 from __future__ import annotations
 
 import os
@@ -13,48 +14,89 @@ import pytest
 import torch
 
 from vitpos.callbacks import AtomicCheckpointIO
+from vitpos.errors import EXIT_PREEMPTED
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ["data=synthetic", "model=vit_micro", "data.num_train=640", "data.val_size=128", "data.num_test=128",
-       "data.batch_size=64", "data.augment=standard", "model.drop_path_rate=0.1", "trainer.max_steps=12",
-       "checkpoint_every_n_steps=4", "trainer.val_check_interval=4", "test_after_fit=false",
-       "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "pos=rel_bias"]
+RUN = [
+    "data=synthetic",
+    "model=vit_micro",
+    "data.num_train=640",
+    "data.val_size=128",
+    "data.num_test=128",
+    "data.batch_size=64",
+    "data.augment=standard",
+    "model.drop_path_rate=0.1",
+    "trainer.max_steps=12",
+    "checkpoint_every_n_steps=4",
+    "trainer.val_check_interval=4",
+    "test_after_fit=false",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+    "pos=rel_bias",
+]
 
 
 def train_py(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), *RUN, *overrides], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *RUN, *overrides],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def final_state(cwd: Path, run: str) -> tuple[int, dict]:
-    checkpoint = torch.load(cwd / "logs" / run / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu",
-                            weights_only=False)
+    checkpoint = torch.load(
+        cwd / "logs" / run / "version_0" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False
+    )
     return checkpoint["global_step"], checkpoint["state_dict"]
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("resume")
-    result = train_py(cwd, "run_name=full", "+callbacks.rec._target_=interrupt.RecordBatches",
-                      f"+callbacks.rec.path={cwd / 'full.batches'}")
+    result = train_py(
+        cwd,
+        "run_name=full",
+        "+callbacks.rec._target_=interrupt.RecordBatches",
+        f"+callbacks.rec.path={cwd / 'full.batches'}",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return cwd, final_state(cwd, "full"), (cwd / "full.batches").read_text().splitlines()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signal_name, expected_rc, data_path", [
-    ("SIGTERM", 0, "dataloader"), ("SIGKILL", -9, "dataloader"),
-    ("SIGTERM", 0, "device_resident"),  # also bit-identical to the DataLoader path it replaces
-])
+@pytest.mark.parametrize(
+    "signal_name, expected_rc, data_path",
+    [
+        ("SIGTERM", EXIT_PREEMPTED, "dataloader"),
+        ("SIGKILL", -9, "dataloader"),
+        ("SIGTERM", EXIT_PREEMPTED, "device_resident"),  # also bit-identical to the DataLoader path it replaces
+    ],
+)
 def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, expected_rc, data_path):
     cwd, (full_step, full_weights), full_batches = uninterrupted
     run = f"{signal_name.lower()}_{data_path}"
-    record = ["+callbacks.rec._target_=interrupt.RecordBatches", f"+callbacks.rec.path={cwd / run}.batches",
-              f"data.device_resident={str(data_path == 'device_resident').lower()}"]
-    first = train_py(cwd, f"run_name={run}", "+callbacks.stop._target_=interrupt.InterruptAtStep",
-                     "+callbacks.stop.step=6", f"+callbacks.stop.signal_name={signal_name}", *record)
+    record = [
+        "+callbacks.rec._target_=interrupt.RecordBatches",
+        f"+callbacks.rec.path={cwd / run}.batches",
+        f"data.device_resident={str(data_path == 'device_resident').lower()}",
+    ]
+    first = train_py(
+        cwd,
+        f"run_name={run}",
+        "+callbacks.stop._target_=interrupt.InterruptAtStep",
+        "+callbacks.stop.step=6",
+        f"+callbacks.stop.signal_name={signal_name}",
+        *record,
+    )
     assert first.returncode == expected_rc, first.stderr[-2000:]
+    if signal_name == "SIGTERM":  # pre-empted, not finished: a scheduler or a script can tell
+        assert "vitpos: pre-empted: SIGTERM at step 6: last.ckpt saved; continue with resume=true" in first.stderr
+        assert "Traceback" not in first.stderr and not (cwd / "logs" / run / "version_0" / "results.json").exists()
     step, _ = final_state(cwd, run)
     # SIGTERM saves at the step it stops at; SIGKILL leaves the periodic checkpoint of step 4.
     assert step == (6 if signal_name == "SIGTERM" else 4)
@@ -66,7 +108,7 @@ def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, exp
     assert all(torch.equal(full_weights[k], resumed_weights[k]) for k in full_weights)
     # The batches after the resume point are the uninterrupted run's (order and augmentation).
     batches = (cwd / f"{run}.batches").read_text().splitlines()
-    after_resume = {line.split()[0]: line for line in batches[len(batches) - (12 - step):]}
+    after_resume = {line.split()[0]: line for line in batches[len(batches) - (12 - step) :]}
     assert [after_resume[line.split()[0]] for line in full_batches[step:]] == full_batches[step:]
 
 
@@ -79,16 +121,24 @@ def test_mixed_resolution_run_resumes_bit_identically(tmp_path):
     assert "training sizes 24-32-40px" in full.stdout
     shapes = {line.split()[-1] for line in (tmp_path / "full.batches").read_text().splitlines()}
     assert shapes == {"24x24", "32x32", "40x40"}  # every size was trained on
-    first = train_py(tmp_path, "run_name=mixed_cut", *mixed, f"+callbacks.rec.path={tmp_path / 'cut.batches'}",
-                     "+callbacks.stop._target_=interrupt.InterruptAtStep", "+callbacks.stop.step=6")
-    assert first.returncode == 0, first.stderr[-2000:]
-    second = train_py(tmp_path, "run_name=mixed_cut", "resume=true", *mixed,
-                      f"+callbacks.rec.path={tmp_path / 'cut.batches'}")
+    first = train_py(
+        tmp_path,
+        "run_name=mixed_cut",
+        *mixed,
+        f"+callbacks.rec.path={tmp_path / 'cut.batches'}",
+        "+callbacks.stop._target_=interrupt.InterruptAtStep",
+        "+callbacks.stop.step=6",
+    )
+    assert first.returncode == EXIT_PREEMPTED, first.stderr[-2000:]
+    second = train_py(
+        tmp_path, "run_name=mixed_cut", "resume=true", *mixed, f"+callbacks.rec.path={tmp_path / 'cut.batches'}"
+    )
     assert second.returncode == 0, second.stderr[-2000:]
     (_, full_weights), (step, resumed_weights) = final_state(tmp_path, "mixed_full"), final_state(tmp_path, "mixed_cut")
     assert step == 12 and all(torch.equal(full_weights[k], resumed_weights[k]) for k in full_weights)
-    assert (tmp_path / "cut.batches").read_text().splitlines()[-6:] == \
-        (tmp_path / "full.batches").read_text().splitlines()[-6:]
+    assert (tmp_path / "cut.batches").read_text().splitlines()[-6:] == (
+        tmp_path / "full.batches"
+    ).read_text().splitlines()[-6:]
 
 
 @pytest.mark.slow
@@ -98,9 +148,14 @@ def test_fuzzy_positions_resume_bit_identically(tmp_path):
     fuzzy = ["pos=rope_mixed", "pos.fuzzy=true"]
     full = train_py(tmp_path, "run_name=fuzzy_full", *fuzzy)
     assert full.returncode == 0, full.stderr[-2000:]
-    first = train_py(tmp_path, "run_name=fuzzy_cut", *fuzzy, "+callbacks.stop._target_=interrupt.InterruptAtStep",
-                     "+callbacks.stop.step=6")
-    assert first.returncode == 0, first.stderr[-2000:]
+    first = train_py(
+        tmp_path,
+        "run_name=fuzzy_cut",
+        *fuzzy,
+        "+callbacks.stop._target_=interrupt.InterruptAtStep",
+        "+callbacks.stop.step=6",
+    )
+    assert first.returncode == EXIT_PREEMPTED, first.stderr[-2000:]
     second = train_py(tmp_path, "run_name=fuzzy_cut", "resume=true", *fuzzy)
     assert second.returncode == 0, second.stderr[-2000:]
     exact = train_py(tmp_path, "run_name=exact", "pos=rope_mixed")
@@ -196,8 +251,68 @@ def test_periodic_last_checkpoint_is_saved_once_per_optimizer_step(make_config, 
             saves.append(trainer.global_step)
 
     monkeypatch.setattr(L.Trainer, "save_checkpoint", record)
-    train(make_config([*tiny_overrides, "trainer.max_steps=6", "trainer.accumulate_grad_batches=2",
-                       "checkpoint_every_n_steps=2", "test_after_fit=false", "trainer.limit_val_batches=0"]))
+    train(
+        make_config(
+            [
+                *tiny_overrides,
+                "trainer.max_steps=6",
+                "trainer.accumulate_grad_batches=2",
+                "checkpoint_every_n_steps=2",
+                "test_after_fit=false",
+                "trainer.limit_val_batches=0",
+            ]
+        )
+    )
     # periodic saves after steps 2, 4 and 6 (once each, though the hook ran on two micro-batches
     # at each of those steps), then the end-of-training save
     assert saves == [2, 4, 6, 6]
+
+
+@pytest.mark.slow
+def test_two_identical_commands_started_together_get_their_own_version(tmp_path):
+    """Each run claims its version folder atomically: two identical commands started at the same
+    moment write version_0 and version_1, each whole, instead of one folder last-writer-wins."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
+    command = [sys.executable, str(ROOT / "train.py"), *RUN, "run_name=twin"]
+    runs = [
+        subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [run.communicate(timeout=600) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
+    printed = sorted(
+        line.split(" | ")[0] for out, _ in outputs for line in out.splitlines() if line.startswith("vitpos: run ")
+    )
+    assert printed == ["vitpos: run logs/twin/version_0", "vitpos: run logs/twin/version_1"]
+    for version in ("version_0", "version_1"):
+        folder = tmp_path / "logs" / "twin" / version
+        assert (folder / "results.json").is_file() and (folder / "config.yaml").is_file()
+        assert len(list(folder.glob("events.out.tfevents*"))) == 1  # one event stream per run, none merged
+
+
+def test_claiming_versions_from_many_threads_gives_each_its_own(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vitpos.runs import claim_version
+
+    (tmp_path / "run" / "version_3").mkdir(parents=True)  # numbering continues after the highest
+    with ThreadPoolExecutor(8) as pool:
+        claimed = list(pool.map(lambda _: claim_version(tmp_path / "run").name, range(8)))
+    assert sorted(claimed, key=lambda name: int(name.split("_")[1])) == [f"version_{n}" for n in range(4, 12)]
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_previous_file(tmp_path):
+    result = train_py(
+        tmp_path, "run_name=full_disk", "+callbacks.full._target_=interrupt.DiskFullAtStep", "+callbacks.full.step=8"
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    last = tmp_path / "logs" / "full_disk" / "version_0" / "checkpoints" / "last.ckpt"
+    assert errors == [
+        f"error: cannot write checkpoint {last.relative_to(tmp_path)} (No space left on device); the "
+        f"previous last.ckpt is intact; free space in {last.parent.relative_to(tmp_path)} and continue "
+        f"with resume=true"
+    ]
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 4  # the periodic save before
+    assert not list(last.parent.glob(".*tmp*"))  # no half-written temporary left

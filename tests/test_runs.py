@@ -1,4 +1,5 @@
 """Which checkpoint a run folder stands for."""
+
 from pathlib import Path
 
 from vitpos.runs import best_checkpoint, find_checkpoints

@@ -1,6 +1,7 @@
 """scripts/study.sh resumes a study: finished steps are skipped, an interrupted run is continued
 from its last.ckpt, and a run whose checkpoint is gone is trained again. `python` is replaced by
 a stand-in that records each command and writes the files a real run or evaluation would."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,15 @@ def fake_env(tmp_path: Path, logs: Path, **settings) -> dict:
     fake.parent.mkdir(exist_ok=True)
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    env = dict(os.environ, PATH=f"{fake.parent}:{os.environ['PATH']}", CALLS=str(tmp_path / "calls"),
-               REAL_PYTHON=sys.executable, LOGS=str(logs), DATASET="cifar10", **settings)
+    env = dict(
+        os.environ,
+        PATH=f"{fake.parent}:{os.environ['PATH']}",
+        CALLS=str(tmp_path / "calls"),
+        REAL_PYTHON=sys.executable,
+        LOGS=str(logs),
+        DATASET="cifar10",
+        **settings,
+    )
     env.pop("CIFAR10_ROOT", None)
     return env
 
@@ -50,8 +58,12 @@ def fake_env(tmp_path: Path, logs: Path, **settings) -> dict:
 def test_study_skips_finished_steps_resumes_interrupted_runs_and_retrains_lost_checkpoints(tmp_path):
     logs = tmp_path / "study"
     study = logs / "cifar10_study"
-    make_run(study / "done_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/best-epoch9-step90.ckpt",
-             "transfer_default/resolution.csv")
+    make_run(
+        study / "done_cifar10_32px_seed0" / "version_0",
+        "results.json",
+        "checkpoints/best-epoch9-step90.ckpt",
+        "transfer_default/resolution.csv",
+    )
     make_run(study / "lost_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/last.ckpt")
     make_run(study / "killed_cifar10_32px_seed0" / "version_0", "checkpoints/last.ckpt")
     env = fake_env(tmp_path, logs, SCHEMES="done,lost,killed", SEEDS="0")
@@ -73,8 +85,13 @@ def test_study_skips_finished_steps_resumes_interrupted_runs_and_retrains_lost_c
 
 
 def test_study_refuses_an_unknown_dataset():
-    result = subprocess.run(["bash", "scripts/study.sh", "runs"], cwd=ROOT, capture_output=True, text=True,
-                            env=dict(os.environ, DATASET="mnist"))
+    result = subprocess.run(
+        ["bash", "scripts/study.sh", "runs"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, DATASET="mnist"),
+    )
     assert result.returncode == 2 and result.stderr.startswith("error: DATASET=mnist is not a study")
 
 
@@ -83,17 +100,19 @@ def test_fuzzy_and_mixed_twins_then_every_conversion_of_every_finished_run(tmp_p
     study = logs / "cifar10_study"
     for name in ("2d_sin_cifar10_32px_seed0", "none_cifar10_32px_seed0"):
         make_run(study / name / "version_0", "results.json", "checkpoints/best-epoch9-step90.ckpt")
-    env = fake_env(tmp_path, logs, SCHEMES="2d_sin,none,cpe", SEEDS="0", FUZZY_SCHEMES="1d_learned",
-                   MIXED_SCHEMES="rope_axial")
+    env = fake_env(
+        tmp_path, logs, SCHEMES="2d_sin,none,cpe", SEEDS="0", FUZZY_SCHEMES="1d_learned", MIXED_SCHEMES="rope_axial"
+    )
     for step in ("fuzzy", "mixed", "extrapolation"):
         result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, env=env, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
     calls = (tmp_path / "calls").read_text().splitlines()
-    quiet = "trainer.enable_progress_bar=false figures_at_end=false"
+    quiet = "trainer.enable_progress_bar=false callbacks.figures=null"
     assert [c for c in calls if c.startswith("train.py")] == [
         f"train.py experiment=cifar10_study pos=1d_learned pos.fuzzy=true seed=0 paths.log_dir={logs} {quiet}",
         f"train.py experiment=cifar10_study pos=rope_axial seed=0 paths.log_dir={logs} {quiet} "
-        "train_img_sizes=[32,48,64] batch_by_tokens=true"]
+        "train_img_sizes=[32,48,64] batch_by_tokens=true",
+    ]
     conversions = {}
     for call in calls:
         if "img_sizes=[32,48,64,96]" in call:
@@ -101,15 +120,33 @@ def test_fuzzy_and_mixed_twins_then_every_conversion_of_every_finished_run(tmp_p
             conversions.setdefault(run, []).append(call.split("out=")[1].split()[0].rsplit("/", 1)[1])
     # cpe never finished: skipped; every mode of the scheme, each without and with the temperature
     assert conversions == {
-        "2d_sin_cifar10_32px_seed0": ["extrapolate", "extrapolate_tlog", "interpolate", "interpolate_tlog", "ntk",
-                                      "ntk_tlog", "yarn", "yarn_tlog"],
+        "2d_sin_cifar10_32px_seed0": [
+            "extrapolate",
+            "extrapolate_tlog",
+            "interpolate",
+            "interpolate_tlog",
+            "ntk",
+            "ntk_tlog",
+            "yarn",
+            "yarn_tlog",
+        ],
         "none_cifar10_32px_seed0": ["default", "default_tlog"],
         "1d_learned_fuzzy_cifar10_32px_seed0": ["bicubic", "bicubic_tlog", "bilinear", "bilinear_tlog"],
-        "rope_axial_cifar10_32px_train32-48-64px_seed0": ["extrapolate", "extrapolate_tlog", "interpolate",
-                                                          "interpolate_tlog", "ntk", "ntk_tlog", "yarn", "yarn_tlog"]}
+        "rope_axial_cifar10_32px_train32-48-64px_seed0": [
+            "extrapolate",
+            "extrapolate_tlog",
+            "interpolate",
+            "interpolate_tlog",
+            "ntk",
+            "ntk_tlog",
+            "yarn",
+            "yarn_tlog",
+        ],
+    }
     ntk_tlog = next(c for c in calls if c.endswith("/extrapolation/ntk_tlog resize_mode=ntk"))
     assert "attn_temperature=log" in ntk_tlog and "limit=2000" in ntk_tlog
     before = len(calls)
-    again = subprocess.run(["bash", "scripts/study.sh", "extrapolation"], cwd=ROOT, env=env, capture_output=True,
-                           text=True)
+    again = subprocess.run(
+        ["bash", "scripts/study.sh", "extrapolation"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     assert again.returncode == 0 and len((tmp_path / "calls").read_text().splitlines()) == before  # all done

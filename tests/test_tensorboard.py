@@ -1,6 +1,7 @@
 """What a user sees in TensorBoard, read through its HTTP data API from a real server started on a
 log folder of two short runs: the HParams table leads with the scheme, both schemes' val/acc are
 there, and the Custom Scalars layout holds one chart per question."""
+
 from __future__ import annotations
 
 import json
@@ -28,14 +29,29 @@ def tensorboard(make_config, tiny_overrides, tmp_path):
     for pos in ("none", "rel_bias"):
         train(make_config([f"pos={pos}", *tiny_overrides, *extra]))
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path / "logs"),
-                               "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tensorboard.main",
+            "--logdir",
+            str(tmp_path / "logs"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--load_fast",
+            "false",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def fetch(path: str, body: dict | None = None):
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}{path}", data=data, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
@@ -59,9 +75,16 @@ def test_tensorboard_shows_the_scheme_first_and_every_schemes_accuracy(tensorboa
     assert columns[:3] == ["pos", "seed", "size"]  # the order TensorBoard shows (differing first, then by name)
     metrics = [info["name"]["tag"] for info in experiment["metricInfos"]]
     assert {"val/acc_best", "test/acc", "val/acc"} <= set(metrics)
-    sessions = tensorboard("/data/plugin/hparams/session_groups",
-                           {"experimentName": "", "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS"],
-                            "colParams": [], "startIndex": 0, "sliceSize": 100})
+    sessions = tensorboard(
+        "/data/plugin/hparams/session_groups",
+        {
+            "experimentName": "",
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS"],
+            "colParams": [],
+            "startIndex": 0,
+            "sliceSize": 100,
+        },
+    )
     schemes = {group["hparams"]["pos"] for group in sessions["sessionGroups"]}
     assert schemes == {"none", "rel_bias"}
     for group in sessions["sessionGroups"]:  # integers as written (a number would show 42.000), the budget
@@ -70,8 +93,9 @@ def test_tensorboard_shows_the_scheme_first_and_every_schemes_accuracy(tensorboa
 
     tags = tensorboard("/data/plugin/scalars/tags")
     runs_with_accuracy = [run for run, run_tags in tags.items() if "val/acc" in run_tags]
-    assert len(runs_with_accuracy) == 2 and all(run.split("/")[0].startswith(("none_", "rel_bias_"))
-                                                 for run in runs_with_accuracy)
+    assert len(runs_with_accuracy) == 2 and all(
+        run.split("/")[0].startswith(("none_", "rel_bias_")) for run in runs_with_accuracy
+    )
 
     layout = tensorboard("/data/plugin/custom_scalars/layout")
     titles = [chart["title"] for category in layout["category"] for chart in category["chart"]]

@@ -1,4 +1,5 @@
 """End-to-end: train(cfg) composed through Hydra, TensorBoard output, checkpoints, errors."""
+
 from __future__ import annotations
 
 import math
@@ -54,16 +55,27 @@ def test_smoke_train_every_scheme(pos, make_config, tiny_overrides):
 
 
 def test_tensorboard_has_scalars_and_hparams(make_config, tiny_overrides):
-    cfg = make_config(["pos=rel_bias", *tiny_overrides, "trainer.max_steps=4", "trainer.val_check_interval=2",
-                       "trainer.log_every_n_steps=1"])
+    cfg = make_config(
+        [
+            "pos=rel_bias",
+            *tiny_overrides,
+            "trainer.max_steps=4",
+            "trainer.val_check_interval=2",
+            "trainer.log_every_n_steps=1",
+        ]
+    )
     metrics = train(cfg)
     events = EventAccumulator(metrics["log_dir"])
     events.Reload()
     scalars = set(events.Tags()["scalars"])
     assert {"train/loss_step", "val/loss", "val/acc", "val/acc_best", "lr", "test/acc"} <= scalars
-    hparam_tags = {value.tag for path in Path(metrics["log_dir"]).glob("events.out.tfevents*")
-                   for event in EventFileLoader(str(path)).Load() for value in event.summary.value
-                   if value.metadata.plugin_data.plugin_name == "hparams"}
+    hparam_tags = {
+        value.tag
+        for path in Path(metrics["log_dir"]).glob("events.out.tfevents*")
+        for event in EventFileLoader(str(path)).Load()
+        for value in event.summary.value
+        if value.metadata.plugin_data.plugin_name == "hparams"
+    }
     assert "_hparams_/session_start_info" in hparam_tags and "_hparams_/experiment" in hparam_tags
     assert list(Path(metrics["log_dir"]).glob("checkpoints/best-*.ckpt"))
 
@@ -77,11 +89,16 @@ def test_unknown_scheme_lists_the_options(make_config):
 
 
 def test_cli_unknown_scheme_and_missing_cifar(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "pos=no_such_scheme"],
-                            cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "pos=no_such_scheme"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert result.returncode != 0 and "2d_sin" in result.stderr + result.stdout
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "pos=2d_sin", "data.download=false"],
-                            cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "pos=2d_sin", "data.download=false"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -104,8 +121,9 @@ def test_accuracy_is_top1_micro_on_an_unbalanced_batch():
     """9 of class 0 all right, 1 of class 1 wrong: top-1 is 0.9 (macro recall would say 0.5)."""
     from vitpos.module import ImageClassifier
 
-    module = ImageClassifier(model=dict(pos="none", img_size=8, num_classes=3, in_chans=1, dim=8, depth=1,
-                                        num_heads=1, patch_size=4))
+    module = ImageClassifier(
+        model=dict(pos="none", img_size=8, num_classes=3, in_chans=1, dim=8, depth=1, num_heads=1, patch_size=4)
+    )
     labels = torch.tensor([0] * 9 + [1])
     logits = torch.zeros(10, 3)
     logits[:, 0] = 1.0  # predicts class 0 everywhere
@@ -124,14 +142,31 @@ def test_experiment_configs_compose_and_train(experiment, make_config, tmp_path)
     write_tiny_fashion_mnist(tmp_path / "fmnist", train=64, test=16)
     standin = "data.system_dir=" + str(tmp_path / "fmnist")
     # one process: the two-process launch of fmnist_cpu's trainer is tested in test_ddp.py
-    common = ["trainer=default", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "data.batch_size=16",
-              "data.val_size=16", "data.num_workers=0", "figures_at_end=false"]
+    common = [
+        "trainer=default",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "data.batch_size=16",
+        "data.val_size=16",
+        "data.num_workers=0",
+        "callbacks.figures=null",
+    ]
     data = [standin] if "fmnist" in experiment else []
     cfg = make_config([f"experiment={experiment}", "pos=rope_mixed", "seed=3", "trainer.max_steps=3", *common, *data])
     assert cfg.experiment == experiment
     if experiment.endswith("_finetune"):  # fine-tunes a checkpoint of its dataset's CPU recipe
-        source = train(make_config([f"experiment={experiment.removesuffix('_finetune')}_cpu", "pos=rope_mixed",
-                                    "trainer.max_steps=1", "test_after_fit=false", *data, *common]))
+        source = train(
+            make_config(
+                [
+                    f"experiment={experiment.removesuffix('_finetune')}_cpu",
+                    "pos=rope_mixed",
+                    "trainer.max_steps=1",
+                    "test_after_fit=false",
+                    *data,
+                    *common,
+                ]
+            )
+        )
         cfg.finetune_from = source["checkpoint"]
     metrics = train(cfg)
     run = Path(metrics["log_dir"])
@@ -160,13 +195,20 @@ def test_warmup_cosine_schedule():
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))  # never rises after the warmup
 
 
-@pytest.mark.parametrize("limits", [["trainer.max_epochs=2"], ["trainer.max_epochs=3", "trainer.limit_train_batches=4"],
-                                    ["trainer.max_epochs=2", "trainer.accumulate_grad_batches=3"],
-                                    ["trainer.max_epochs=5", "trainer.max_steps=7"]])
+@pytest.mark.parametrize(
+    "limits",
+    [
+        ["trainer.max_epochs=2"],
+        ["trainer.max_epochs=3", "trainer.limit_train_batches=4"],
+        ["trainer.max_epochs=2", "trainer.accumulate_grad_batches=3"],
+        ["trainer.max_epochs=5", "trainer.max_steps=7"],
+    ],
+)
 def test_schedule_length_is_the_number_of_optimizer_steps(limits, make_config, tiny_overrides):
     """The schedule's length (counted from the datamodule) is the steps the run really takes."""
-    cfg = make_config([*tiny_overrides, "trainer.max_steps=-1", *limits, "trainer.limit_val_batches=0",
-                       "test_after_fit=false"])
+    cfg = make_config(
+        [*tiny_overrides, "trainer.max_steps=-1", *limits, "trainer.limit_val_batches=0", "test_after_fit=false"]
+    )
     captured = {}
 
     class Capture(vitpos.module.ImageClassifier):
@@ -174,6 +216,7 @@ def test_schedule_length_is_the_number_of_optimizer_steps(limits, make_config, t
             captured.update(total=self.total_steps(), taken=self.trainer.global_step)
 
     from unittest import mock
+
     with mock.patch("vitpos.train.ImageClassifier", Capture):
         train(cfg)
     assert captured["total"] == captured["taken"] > 0
@@ -191,6 +234,7 @@ def test_summary_counts_the_images_trained_on_with_batch_by_tokens(make_config, 
             captured.update(images=self.images_trained, expected=sum(64 if size == 16 else 16 for size in sizes))
 
     from unittest import mock
+
     with mock.patch("vitpos.train.ImageClassifier", Capture):
         metrics = train(cfg)
     assert captured["images"] == captured["expected"] < 6 * 64
@@ -208,15 +252,26 @@ class PoisonFromStep(L.Callback):
             batch[0].fill_(float("nan"))
 
 
-@pytest.mark.parametrize("every, poison, message", [
-    (3, 1, "between steps 0 and 2"),  # caught at the first check, after step 2
-    (1, 4, "at step 4"),              # checked every step
-    (4, 9, "between steps 8 and 9"),  # the last step (9 of 0..9) is always checked
-])
+@pytest.mark.parametrize(
+    "every, poison, message",
+    [
+        (3, 1, "between steps 0 and 2"),  # caught at the first check, after step 2
+        (1, 4, "at step 4"),  # checked every step
+        (4, 9, "between steps 8 and 9"),  # the last step (9 of 0..9) is always checked
+    ],
+)
 def test_non_finite_loss_stops_at_the_next_check(every, poison, message, make_config, tiny_overrides):
-    cfg = make_config([*tiny_overrides, "trainer.max_steps=10", f"optim.check_finite_every={every}",
-                       "test_after_fit=false", "trainer.limit_val_batches=0",
-                       "+callbacks.nan._target_=test_train.PoisonFromStep", f"+callbacks.nan.step={poison}"])
+    cfg = make_config(
+        [
+            *tiny_overrides,
+            "trainer.max_steps=10",
+            f"check_finite_every={every}",
+            "test_after_fit=false",
+            "trainer.limit_val_batches=0",
+            "+callbacks.nan._target_=test_train.PoisonFromStep",
+            f"+callbacks.nan.step={poison}",
+        ]
+    )
     with pytest.raises(vitpos.VitposError, match=f"non-finite training loss {message} "):
         train(cfg)
 
@@ -227,13 +282,16 @@ def printed_train_command(text: str) -> list[str]:
     return shlex.split(line)[2:]
 
 
-@pytest.mark.parametrize("img_size, sizes, bigger", [("32", "img_sizes=[32,64]", 64),
-                                                     ("[32,48]", "img_sizes=[[32,48],[64,96]]", [64, 96])])
+@pytest.mark.parametrize(
+    "img_size, sizes, bigger", [("32", "img_sizes=[32,64]", 64), ("[32,48]", "img_sizes=[[32,48],[64,96]]", [64, 96])]
+)
 def test_closing_summary_suggests_commands_for_the_runs_own_size(make_config, tmp_path, img_size, sizes, bigger):
     cfg = make_config(["pos=rope_mixed", f"img_size={img_size}", "data=cifar10", "data.root=copy.tar.gz"])
     run = tmp_path / "logs" / "exp" / "run" / "version_0"
-    text = summary(cfg, {"log_dir": str(run), "fit_seconds": 60.0, "images_per_s": 100.0, "checkpoint": "best.ckpt",
-                         "test/acc": 0.5})
+    text = summary(
+        cfg,
+        {"log_dir": str(run), "fit_seconds": 60.0, "images_per_s": 100.0, "checkpoint": "best.ckpt", "test/acc": 0.5},
+    )
     assert f"python -m vitpos.evaluate ckpt={run} {sizes}" in text
     assert "test acc 50.00%" in text and "100 img/s" in text
     # the fine-tune line, composed as train.py would: a short fine-tune of this run, not the default 100 epochs
@@ -245,8 +303,9 @@ def test_closing_summary_suggests_commands_for_the_runs_own_size(make_config, tm
     assert finetune.trainer.max_epochs == 1 and finetune.optim.lr == pytest.approx(cfg.optim.lr / 5)
 
 
-@pytest.mark.parametrize("experiment, recipe", [("fmnist_cpu", "fmnist_finetune"),
-                                                ("cifar10_study", "cifar10_finetune")])
+@pytest.mark.parametrize(
+    "experiment, recipe", [("fmnist_cpu", "fmnist_finetune"), ("cifar10_study", "cifar10_finetune")]
+)
 def test_closing_summary_fine_tunes_with_the_recipes_own_fine_tune(experiment, recipe, make_config, tmp_path):
     """A study run's suggested fine-tune, pasted, is its experiment's short fine-tune recipe (a few
     minutes), into the study's log root, not the default trainer's 100 epochs into logs/."""

@@ -1,6 +1,7 @@
 """Train a ViT with a pluggable positional scheme:  python -m vitpos pos=2d_sin [key=value ...]
 (`python train.py ...` in a checkout is the same). Hydra entry point around `vitpos.train.train(cfg)`;
 the configs are vitpos/configs/ (train.yaml and its groups), `--help` lists them."""
+
 import json
 import os
 import subprocess
@@ -14,10 +15,11 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
-from vitpos.config import CONFIG_DIR, compose_train_config, finetune_config
+from vitpos.config import CONFIG_DIR, compose_train_config
 from vitpos.console import quiet_third_party
-from vitpos.errors import ConfigError, VitposError
+from vitpos.errors import EXIT_PREEMPTED, ConfigError, Preempted, VitposError
 from vitpos.errors import report as report_error
+from vitpos.finetune import finetune_config
 from vitpos.train import train
 
 METRICS_FILE = "VITPOS_METRICS_FILE"  # set by a sweep for a job it runs as its own command
@@ -37,8 +39,9 @@ def run_job_as_its_own_command() -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         metrics_file = Path(scratch, "metrics.json")
         importable_from = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, importable_from)),
-                   **{METRICS_FILE: str(metrics_file)})
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(filter(None, importable_from)), **{METRICS_FILE: str(metrics_file)}
+        )
         job = subprocess.run([sys.executable, "-m", "vitpos", *HydraConfig.get().overrides.task], env=env)
         if job.returncode:
             sys.exit(job.returncode)  # the job printed its own error
@@ -63,8 +66,28 @@ def sweep_variants(overrides: list[str], groups_only: bool = False) -> list[list
     for index, override in enumerate(overrides):
         key, _, values = override.partition("=")
         if is_sweep(override) and not (groups_only and "." in key):
-            variants += [first[:index] + [f"{key}={value}"] + first[index + 1:] for value in values.split(",")[1:]]
+            variants += [first[:index] + [f"{key}={value}"] + first[index + 1 :] for value in values.split(",")[1:]]
     return variants
+
+
+# keys that moved when logger, callbacks, optimizer and schedule became config groups
+MOVED_KEYS = {
+    "figures_at_end": "callbacks.figures=null (switches the figures off)",
+    "optim.warmup_steps": "scheduler.warmup_steps",
+    "optim.min_lr_ratio": "scheduler.min_lr_ratio",
+    "optim.label_smoothing": "loss.label_smoothing",
+    "optim.mixup_alpha": "loss.mixup_alpha",
+    "optim.cutmix_alpha": "loss.cutmix_alpha",
+    "optim.check_finite_every": "check_finite_every",
+}
+
+
+def check_moved_keys(overrides: list[str]) -> None:
+    """One line naming the new key for an override of a key that moved."""
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in MOVED_KEYS:
+            sys.exit(report_error(ConfigError(f"{key} is not a key; use {MOVED_KEYS[key]}")))
 
 
 def check_composes(argv: list[str]) -> None:
@@ -79,6 +102,7 @@ def check_composes(argv: list[str]) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     overrides = [arg for arg in argv if not arg.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra"))]
+    check_moved_keys(overrides)
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
     for variant in sweep_variants(overrides, groups_only=True) if multirun else [overrides]:
         try:
@@ -104,6 +128,9 @@ def hydra_main(cfg: DictConfig) -> float | None:
             metrics = train(finetune_config(cfg))
     except VitposError as error:
         sys.exit(report_error(error))
+    except Preempted as stop:
+        print(f"vitpos: pre-empted: {stop}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_PREEMPTED)
     if os.environ.get(METRICS_FILE) and rank_zero_only.rank == 0:
         Path(os.environ[METRICS_FILE]).write_text(json.dumps(metrics))
     return metrics.get("val/acc_best")

@@ -2,10 +2,12 @@
 the checkpoint, one `last.ckpt` written periodically and on SIGTERM), the end-of-training
 positional figures, the test accuracy after every epoch that small-ViT papers report, and progress
 that tells the whole run's length (a bar on a terminal, a line every few percent in a log file)."""
+
 from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -19,33 +21,45 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
 from torchmetrics.classification import MulticlassAccuracy
 
+from .errors import CheckpointWriteError
 from .plots import make_figures, pyplot, sample_images, save_figures
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Writes each checkpoint to a temporary file in the same folder, flushes it to disk, then
     renames it over the target (`os.replace` is atomic on POSIX): a kill at any moment leaves
-    either the previous file or the new one, never a truncated `last.ckpt`."""
+    either the previous file or the new one, never a truncated `last.ckpt`. A write that fails (a
+    full disk, a quota) stops the run with one line that names the cause and the intact file."""
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        for stale in path.parent.glob(f".{path.name}.tmp*"):  # left by a process killed mid-save
-            stale.unlink(missing_ok=True)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for stale in path.parent.glob(f".{path.name}.tmp*"):  # left by a process killed mid-save
+                stale.unlink(missing_ok=True)
             super().save_checkpoint(checkpoint, temporary, storage_options)
             with open(temporary, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(temporary, path)
+        except OSError as error:
+            kept = f"the previous {path.name} is intact" if path.is_file() else f"no earlier {path.name} exists"
+            raise CheckpointWriteError(
+                f"cannot write checkpoint {path} ({error.strerror or error}); {kept}; "
+                f"free space in {path.parent} and continue with resume=true"
+            ) from None
         finally:
             temporary.unlink(missing_ok=True)
 
 
 def rng_states() -> dict:
     """The global random states that training consumes: torch (CPU and every CUDA device), numpy, Python."""
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-            **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})}
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+        **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {}),
+    }
 
 
 def set_rng_states(states: dict) -> None:
@@ -77,22 +91,36 @@ class RNGStateInCheckpoint(L.Callback):
             self._to_restore = None
 
 
-class LastCheckpoint(L.Callback):
-    """The one writer of `last.ckpt`: every `every_n_steps` optimizer steps, at the end of
-    training, and on SIGTERM (pre-emption, `scancel`, a container stop), where Lightning stops at
-    the next step boundary and this saves first, so `resume=true` loses no step. (The best-by-val
-    checkpoints are Lightning's `ModelCheckpoint`.)"""
+def batch_size(batch) -> int:
+    """Images in a (images, labels) batch, for ThroughputMonitor (a named function: ddp_spawn
+    pickles the callbacks)."""
+    return len(batch[1])
 
-    def __init__(self, path: str | Path, every_n_steps: int):
-        self.path, self.every_n_steps = Path(path), every_n_steps
+
+class LastCheckpoint(L.Callback):
+    """The one writer of `<run>/checkpoints/<filename>`: every `every_n_steps` optimizer steps, at
+    the end of training, and on SIGTERM (pre-emption, `scancel`, a container stop), where Lightning
+    stops at the next step boundary and this saves first, so `resume=true` loses no step. (The
+    best-by-val checkpoints are Lightning's `ModelCheckpoint`.)"""
+
+    def __init__(self, every_n_steps: int = 500, filename: str = "last.ckpt"):
+        self.every_n_steps, self.filename = every_n_steps, filename
+        self.path: Path | None = None  # known once the trainer has its run folder
         self._saved_step = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.path = Path(trainer.log_dir) / "checkpoints" / self.filename  # rank 0's folder, on every rank
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
         # once per optimizer step: with gradient accumulation this hook also runs on micro-batches
         # between steps, where a save would record a half-accumulated state
         step = trainer.global_step
-        if self.every_n_steps > 0 and step % self.every_n_steps == 0 and step != self._saved_step \
-                and (batch_idx + 1) % trainer.accumulate_grad_batches == 0:
+        if (
+            self.every_n_steps > 0
+            and step % self.every_n_steps == 0
+            and step != self._saved_step
+            and (batch_idx + 1) % trainer.accumulate_grad_batches == 0
+        ):
             trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
             self._saved_step = step
 
@@ -132,6 +160,19 @@ class PositionalFigures(L.Callback):
             for figure in figures.values():
                 pyplot().close(figure)
         model.train(was_training)
+
+
+def every_epoch_test(enabled: bool) -> EveryEpochTest | None:
+    """`EveryEpochTest` when `enabled` (train.yaml's `test_every_epoch`), else no callback."""
+    return EveryEpochTest() if enabled else None
+
+
+def progress(enabled: bool = True) -> L.Callback | None:
+    """The run's progress when `enabled` (`trainer.enable_progress_bar`): `ProgressBar` on a
+    terminal, `ProgressLog` otherwise (a log file, CI, a study script)."""
+    if not enabled:
+        return None
+    return ProgressBar() if sys.stdout.isatty() else ProgressLog()
 
 
 class EveryEpochTest(L.Callback):
@@ -224,8 +265,9 @@ class ProgressBar(TQDMProgressBar):
         now = time.perf_counter()
         if self._last is not None:
             rate = len(batch[1]) * trainer.world_size / (now - self._last)
-            self.images_per_s = rate if self.images_per_s is None else \
-                self.smoothing * self.images_per_s + (1 - self.smoothing) * rate
+            self.images_per_s = (
+                rate if self.images_per_s is None else self.smoothing * self.images_per_s + (1 - self.smoothing) * rate
+            )
         self._last = now
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
@@ -280,7 +322,10 @@ class ProgressLog(LightningProgressBar):
         if not (self.enabled and trainer.is_global_zero):
             return
         metrics = trainer.progress_bar_metrics
-        parts = [f"step {step}/{total} ({100 * step / max(total, 1):.0f}%)", epoch_label(trainer).lower(),
-                 *(f"{key} {float(metrics[key]):.4f}" for key in ("train/loss_step", "val/acc_best") if key in metrics),
-                 f"run ETA {self.clock.eta(trainer)}"]
+        parts = [
+            f"step {step}/{total} ({100 * step / max(total, 1):.0f}%)",
+            epoch_label(trainer).lower(),
+            *(f"{key} {float(metrics[key]):.4f}" for key in ("train/loss_step", "val/acc_best") if key in metrics),
+            f"run ETA {self.clock.eta(trainer)}",
+        ]
         print("vitpos: " + " | ".join(parts), flush=True)

@@ -16,6 +16,7 @@ extrapolation`), `extrapolation.md` (every conversion at every size, the best pe
 in bold) and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained
 twins in the same panel). A run counts once it has finished (`results.json`).
 """
+
 from __future__ import annotations
 
 import csv
@@ -29,7 +30,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from .config import parse_options
+from .cli import parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_DEFAULTS
@@ -37,8 +38,18 @@ from .plots import pyplot
 from .runs import FUZZY_SUFFIX, RESULTS_FILE, budget, devices, scheme_label, sizes_tag
 
 DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
-GROUP_BY = ("experiment", "pos", "data", "img_size", "train_sizes", "finetuned_from", "model", "lr", "batch_size",
-            "budget")
+GROUP_BY = (
+    "experiment",
+    "pos",
+    "data",
+    "img_size",
+    "train_sizes",
+    "finetuned_from",
+    "model",
+    "lr",
+    "batch_size",
+    "budget",
+)
 ACCURACIES = ("test_acc", "val_acc_best", "val_acc_final")
 RESOLUTION_TAG = "resolution/test_acc"  # vitpos.evaluate: step = image height, suffix _<mode> if one was forced
 TRANSFER_PREFIX = "test_acc@"  # transfer columns: test_acc@<height>px, or test_acc@<height>px/<mode>
@@ -61,8 +72,13 @@ def run_folders(root: Path) -> list[Path]:
 
 def unfinished_runs(root: Path) -> list[Path]:
     """Run folders under `root` with training events but no results.json (still training, or stopped)."""
-    return sorted({p.parent for p in root.rglob("events.out.tfevents*")
-                   if p.parent.name.startswith("version_") and not (p.parent / RESULTS_FILE).is_file()})
+    return sorted(
+        {
+            p.parent
+            for p in root.rglob("events.out.tfevents*")
+            if p.parent.name.startswith("version_") and not (p.parent / RESULTS_FILE).is_file()
+        }
+    )
 
 
 def summarize(run: Path, root: Path) -> dict:
@@ -84,21 +100,28 @@ def summarize(run: Path, root: Path) -> dict:
     speeds = values("train/samples_per_sec") or values("train/device/samples_per_sec")
     size = config["img_size"]
     row = dict(
-        experiment=config.get("experiment") or "-", pos=scheme_label(config["pos"]),
+        experiment=config.get("experiment") or "-",
+        pos=scheme_label(config["pos"]),
         data=get_class(config["data"]["_target_"]).name,
         img_size=size if isinstance(size, int) else "x".join(map(str, size)),
         train_sizes=sizes_tag(config["train_img_sizes"]) if config.get("train_img_sizes") else "-",
-        finetuned_from=hparams.get("finetuned_from", ""), model=model_key(hparams.get("model", "")),
+        finetuned_from=hparams.get("finetuned_from", ""),
+        model=model_key(hparams.get("model", "")),
         lr=config["optim"]["lr"],
-        batch_size=config["data"]["batch_size"] * devices(config["trainer"]), budget=budget(config["trainer"]),
-        seed=config["seed"], params=results.get("params", hparams.get("params", "")),
+        batch_size=config["data"]["batch_size"] * devices(config["trainer"]),
+        budget=budget(config["trainer"]),
+        seed=config["seed"],
+        params=results.get("params", hparams.get("params", "")),
         val_acc_best=round(max(val_acc), 4) if val_acc else "",
         val_acc_final=round(val_acc[-1], 4) if val_acc else "",
         test_acc=round(test_acc[-1], 4) if test_acc else "",
         epochs_done=len(values("train/loss_epoch")),  # one point per completed training epoch
         val_acc_by_epoch=" ".join(f"{acc:.4f}" for acc in val_acc),
-        images_per_s=round(results["images_per_s"]) if "images_per_s" in results else
-        round(statistics.median(speeds)) if speeds else "",
+        images_per_s=round(results["images_per_s"])
+        if "images_per_s" in results
+        else round(statistics.median(speeds))
+        if speeds
+        else "",
         fit_minutes=round(results["fit_seconds"] / 60, 2) if "fit_seconds" in results else "",
         run=str(run.relative_to(root)) if run != root else run.name,
     )
@@ -144,8 +167,9 @@ def accuracy_columns(rows: list[dict]) -> list[str]:
     return list(ACCURACIES) + sorted(transfer, key=lambda k: (parse_transfer_column(k)[0], k))
 
 
-def compare(root: str | Path, data: str | None = None, img_size: int | str | None = None,
-            out: str | Path | None = None) -> list[dict]:
+def compare(
+    root: str | Path, data: str | None = None, img_size: int | str | None = None, out: str | Path | None = None
+) -> list[dict]:
     """Print and write the grouped table of the finished runs under `root`; return its rows."""
     root = Path(root)
     if not root.is_dir():
@@ -156,8 +180,11 @@ def compare(root: str | Path, data: str | None = None, img_size: int | str | Non
         names = ", ".join(str(run.relative_to(root)) for run in unfinished[:5])
         names += " ..." if len(unfinished) > 5 else ""
         print(f"note: left out {len(unfinished)} unfinished run(s) (no {RESULTS_FILE}): {names}")
-    runs = [r for r in runs
-            if (data is None or r["data"] == data) and (img_size is None or str(r["img_size"]) == str(img_size))]
+    runs = [
+        r
+        for r in runs
+        if (data is None or r["data"] == data) and (img_size is None or str(r["img_size"]) == str(img_size))
+    ]
     if not runs:
         raise ConfigError(f"no finished runs (with {RESULTS_FILE}) under {root} match data={data} img_size={img_size}")
     runs.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), r["pos"], r["seed"]))
@@ -218,9 +245,16 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
                 continue
             trained = ", ".join(training_setting(row))
             heights, means, stds = zip(*sorted(points))
-            curves.setdefault(row["pos"], []).append(dict(
-                label=trained + (f", {mode}" if mode else "") + f" (n={row['n']})", setting=trained, mode=mode,
-                heights=list(heights), means=list(means), stds=list(stds)))
+            curves.setdefault(row["pos"], []).append(
+                dict(
+                    label=trained + (f", {mode}" if mode else "") + f" (n={row['n']})",
+                    setting=trained,
+                    mode=mode,
+                    heights=list(heights),
+                    means=list(means),
+                    stds=list(stds),
+                )
+            )
     return curves
 
 
@@ -238,14 +272,27 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
         if not any(mode.endswith(TEMPERATURE_SUFFIX) for mode in points):
             continue
         scheme = row["pos"].removesuffix(FUZZY_SUFFIX)
-        variant = "fuzzy" if row["pos"].endswith(FUZZY_SUFFIX) else \
-            f"mixed {row['train_sizes']}" if row["train_sizes"] != "-" else "exact"
+        variant = (
+            "fuzzy"
+            if row["pos"].endswith(FUZZY_SUFFIX)
+            else f"mixed {row['train_sizes']}"
+            if row["train_sizes"] != "-"
+            else "exact"
+        )
         for label, mode_points in sorted(points.items()):
             mode = label.removesuffix(TEMPERATURE_SUFFIX).removesuffix("_")
             heights, means, stds = zip(*sorted(mode_points))
-            curves.setdefault(scheme, []).append(dict(
-                variant=variant, mode=mode, temperature="log" if label.endswith(TEMPERATURE_SUFFIX) else "none",
-                heights=list(heights), means=list(means), stds=list(stds), n=row["n"]))
+            curves.setdefault(scheme, []).append(
+                dict(
+                    variant=variant,
+                    mode=mode,
+                    temperature="log" if label.endswith(TEMPERATURE_SUFFIX) else "none",
+                    heights=list(heights),
+                    means=list(means),
+                    stds=list(stds),
+                    n=row["n"],
+                )
+            )
     return curves
 
 
@@ -257,11 +304,15 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
     """Markdown: one row per scheme, training variant and conversion, one column per size (mean ± std
     over seeds, n), the best of each scheme at each size in bold."""
     heights = sorted({h for scheme_curves in curves.values() for c in scheme_curves for h in c["heights"]})
-    lines = ["| scheme | trained | conversion | n | " + " | ".join(f"{h}px" for h in heights) + " |",
-             "|---|---|---|---:|" + "---:|" * len(heights)]
+    lines = [
+        "| scheme | trained | conversion | n | " + " | ".join(f"{h}px" for h in heights) + " |",
+        "|---|---|---|---:|" + "---:|" * len(heights),
+    ]
     for scheme, scheme_curves in sorted(curves.items()):
-        best = {h: max((c["means"][c["heights"].index(h)] for c in scheme_curves if h in c["heights"]), default=None)
-                for h in heights}
+        best = {
+            h: max((c["means"][c["heights"].index(h)] for c in scheme_curves if h in c["heights"]), default=None)
+            for h in heights
+        }
         for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"])):
             cells = []
             for h in heights:
@@ -271,8 +322,10 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
                 i = curve["heights"].index(h)
                 cell = _percent(curve["means"][i], curve["stds"][i] if curve["n"] > 1 else "")
                 cells.append(f"**{cell}**" if curve["means"][i] == best[h] else cell)
-            lines.append(f"| {scheme} | {curve['variant']} | {_conversion_name(curve)} | "
-                         f"{curve['n']} | " + " | ".join(cells) + " |")
+            lines.append(
+                f"| {scheme} | {curve['variant']} | {_conversion_name(curve)} | "
+                f"{curve['n']} | " + " | ".join(cells) + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -290,10 +343,14 @@ def epoch_curves(runs: list[dict]) -> list[dict]:
         if length < 2:
             continue
         by_epoch = [[values[e] for values in series] for e in range(length)]
-        curves.append(dict(
-            label=f"{members[0]['pos']}, {', '.join(training_setting(members[0]))} (n={len(members)})",
-            epochs=list(range(1, length + 1)), means=[statistics.fmean(v) for v in by_epoch],
-            stds=[statistics.stdev(v) if len(v) > 1 else 0.0 for v in by_epoch]))
+        curves.append(
+            dict(
+                label=f"{members[0]['pos']}, {', '.join(training_setting(members[0]))} (n={len(members)})",
+                epochs=list(range(1, length + 1)),
+                means=[statistics.fmean(v) for v in by_epoch],
+                stds=[statistics.stdev(v) if len(v) > 1 else 0.0 for v in by_epoch],
+            )
+        )
     return sorted(curves, key=lambda c: -c["means"][-1])
 
 
@@ -338,10 +395,13 @@ def _accuracy_chart(rows: list[dict], path: Path) -> None:
     if all(r["n"] > 1 for r in rows):
         axes.errorbar(x, means, yerr=stds, fmt="o", capsize=4, color="tab:blue", label="test (mean ± std)")
         spread = max(m + s for m, s in zip(means, stds)) - min(m - s for m, s in zip(means, stds))
-        axes.set_ylim(min(m - s for m, s in zip(means, stds)) - max(1, 0.2 * spread),
-                      min(100, max(m + s for m, s in zip(means, stds)) + max(1, 0.2 * spread)))
-        axes.set_title("Test accuracy by scheme, mean ± std over seeds\n(the y-axis does not start at zero)",
-                       fontsize=10)
+        axes.set_ylim(
+            min(m - s for m, s in zip(means, stds)) - max(1, 0.2 * spread),
+            min(100, max(m + s for m, s in zip(means, stds)) + max(1, 0.2 * spread)),
+        )
+        axes.set_title(
+            "Test accuracy by scheme, mean ± std over seeds\n(the y-axis does not start at zero)", fontsize=10
+        )
     else:
         axes.bar(x, means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8, label="test")
         axes.set_ylim(0, 100)
@@ -365,18 +425,25 @@ def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
     settings = list(dict.fromkeys(c["setting"] for scheme_curves in curves.values() for c in scheme_curves))
     for axes, (pos, scheme_curves) in zip(panels.flat, sorted(curves.items())):
         for curve in scheme_curves:
-            axes.errorbar(curve["heights"], [100 * m for m in curve["means"]], yerr=[100 * s for s in curve["stds"]],
-                          marker="o", capsize=3, label=curve["label"], linestyle="--" if curve["mode"] else "-",
-                          color=f"C{settings.index(curve['setting']) % 10}")
+            axes.errorbar(
+                curve["heights"],
+                [100 * m for m in curve["means"]],
+                yerr=[100 * s for s in curve["stds"]],
+                marker="o",
+                capsize=3,
+                label=curve["label"],
+                linestyle="--" if curve["mode"] else "-",
+                color=f"C{settings.index(curve['setting']) % 10}",
+            )
         axes.set_title(pos, fontsize=10)
         axes.set_xlabel("evaluation size (px)")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=6, loc="lower left")
-    for axes in panels.flat[len(curves):]:
+    for axes in panels.flat[len(curves) :]:
         axes.set_visible(False)
     for axes in panels[:, 0]:
         axes.set_ylabel("top-1 test accuracy (%)")
-    figure.suptitle("Test accuracy at each evaluation size, no fine-tune (mean ± std over seeds)", fontsize=11)
+    figure.suptitle("Test accuracy at each evaluation size, per training setting (mean ± std over seeds)", fontsize=11)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -394,23 +461,32 @@ def _extrapolation_chart(curves: dict[str, list[dict]], path: Path) -> None:
         modes = sorted({c["mode"] for c in scheme_curves})
         for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"])):
             label = ("" if curve["variant"] == "exact" else f"{curve['variant']}, ") + _conversion_name(curve)
-            axes.errorbar(curve["heights"], [100 * m for m in curve["means"]], yerr=[100 * s for s in curve["stds"]],
-                          marker={"exact": "o", "fuzzy": "x"}.get(curve["variant"], "s"), markersize=4, capsize=2,
-                          label=label,
-                          linestyle="--" if curve["temperature"] == "log" else "-",
-                          color=f"C{modes.index(curve['mode']) % 10}", alpha=0.85)
+            axes.errorbar(
+                curve["heights"],
+                [100 * m for m in curve["means"]],
+                yerr=[100 * s for s in curve["stds"]],
+                marker={"exact": "o", "fuzzy": "x"}.get(curve["variant"], "s"),
+                markersize=4,
+                capsize=2,
+                label=label,
+                linestyle="--" if curve["temperature"] == "log" else "-",
+                color=f"C{modes.index(curve['mode']) % 10}",
+                alpha=0.85,
+            )
         axes.set_title(scheme, fontsize=10)
         axes.set_xticks(scheme_curves[0]["heights"])
         axes.set_xlabel("evaluation size (px)")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=5.5, loc="lower left")
-    for axes in panels.flat[len(curves):]:
+    for axes in panels.flat[len(curves) :]:
         axes.set_visible(False)
     for axes in panels[:, 0]:
         axes.set_ylabel("top-1 test accuracy (%)")
     n = sorted({c["n"] for scheme_curves in curves.values() for c in scheme_curves})
-    figure.suptitle(f"Training-free conversions to larger inputs, no fine-tune (mean ± std over "
-                    f"{'/'.join(map(str, n))} seeds)", fontsize=11)
+    figure.suptitle(
+        f"Training-free conversions to larger inputs, no fine-tune (mean ± std over {'/'.join(map(str, n))} seeds)",
+        fontsize=11,
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -425,10 +501,16 @@ def _epoch_chart(curves: list[dict], path: Path) -> None:
         means = [100 * m for m in curve["means"]]
         stds = [100 * s for s in curve["stds"]]
         color = f"C{index % 10}"
-        axes.plot(curve["epochs"], means, marker=".", color=color, label=curve["label"],
-                  linestyle="-" if index < 10 else "--")
-        axes.fill_between(curve["epochs"], [m - s for m, s in zip(means, stds)],
-                          [m + s for m, s in zip(means, stds)], color=color, alpha=0.15)
+        axes.plot(
+            curve["epochs"], means, marker=".", color=color, label=curve["label"], linestyle="-" if index < 10 else "--"
+        )
+        axes.fill_between(
+            curve["epochs"],
+            [m - s for m, s in zip(means, stds)],
+            [m + s for m, s in zip(means, stds)],
+            color=color,
+            alpha=0.15,
+        )
     axes.set_xlabel("epoch")
     axes.set_ylabel("top-1 validation accuracy (%)")
     axes.set_title("Validation accuracy per epoch (mean ± std over seeds)", fontsize=10)

@@ -1,5 +1,6 @@
 """Third-party messages that tell a vitpos user nothing, silenced one by one (by message and by the
 module or logger they come from, never a blanket filter). The training CLI installs them."""
+
 from __future__ import annotations
 
 import logging
@@ -17,10 +18,16 @@ def quiet_third_party() -> None:
     """Silence: Lightning's product tip, the deprecation of torch's LeafSpec that Lightning's own
     code triggers, and the advice to sync the epoch-level train/loss (vitpos logs rank 0's epoch
     mean on purpose: an all-reduce every step costs more than it tells)."""
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                            module=r"lightning\.pytorch\.utilities\._pytree")
-    warnings.filterwarnings("ignore", message=r"It is recommended to use `self\.log\('train/loss', \.\.\., sync_dist",
-                            module=r"lightning\.pytorch\.trainer\.connectors\.logger_connector\.result")
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        module=r"lightning\.pytorch\.utilities\._pytree",
+    )
+    warnings.filterwarnings(
+        "ignore",
+        message=r"It is recommended to use `self\.log\('train/loss', \.\.\., sync_dist",
+        module=r"lightning\.pytorch\.trainer\.connectors\.logger_connector\.result",
+    )
     for name in LIGHTNING_LOGGERS:
         logger = logging.getLogger(name)
         if _not_an_advert not in logger.filters:

@@ -15,6 +15,7 @@ takes) and reports, for one random batch at `img_size` (default: the checkpoint'
 - the conversions the scheme offers for another resolution (its resize modes, the attention
   temperature) and whether it can train with fuzzy positions.
 """
+
 from __future__ import annotations
 
 import sys
@@ -24,7 +25,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from timm.layers import to_2tuple
 
-from .config import parse_options
+from .cli import parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_ARGS, VisionTransformer, create_model
@@ -62,8 +63,10 @@ def diagnose(model: VisionTransformer, img_size, batch: int = 8, seed: int = 0) 
     model.train()
     model.zero_grad(set_to_none=True)
     F.cross_entropy(model(images), torch.arange(batch) % model.config["num_classes"]).backward()
-    learned = {name: (param.grad is not None and param.grad.abs().max().item() > 0)
-               for name, param in model.pos.named_parameters()}
+    learned = {
+        name: (param.grad is not None and param.grad.abs().max().item() > 0)
+        for name, param in model.pos.named_parameters()
+    }
     fixed = [name for name, _ in model.pos.named_buffers()]
 
     ratio = None
@@ -72,26 +75,41 @@ def diagnose(model: VisionTransformer, img_size, batch: int = 8, seed: int = 0) 
             tokens = model.patch_embed(images).flatten(1, 2)  # (B, N, D)
             table = model.pos.add(torch.zeros_like(tokens), grid)
             ratio = (table.norm(dim=-1).mean() / tokens.norm(dim=-1).mean()).item()
-    return dict(scheme=model.config["pos"], grid=grid, built_grid=model.grid, shuffle_change=change,
-                learned=learned, fixed=fixed, pos_to_token_norm=ratio,
-                hooks=[hook for hook in HOOKS if model.pos.uses(hook)],
-                resize_modes=list(model.pos.resize_modes), resize_mode=model.pos.resize_mode,
-                attn_temperature=model.attn_temperature, fuzzy=model.pos.fuzzy, fuzzy_ok=model.pos.supports_fuzzy)
+    return dict(
+        scheme=model.config["pos"],
+        grid=grid,
+        built_grid=model.grid,
+        shuffle_change=change,
+        learned=learned,
+        fixed=fixed,
+        pos_to_token_norm=ratio,
+        hooks=[hook for hook in HOOKS if model.pos.uses(hook)],
+        resize_modes=list(model.pos.resize_modes),
+        resize_mode=model.pos.resize_mode,
+        attn_temperature=model.attn_temperature,
+        fuzzy=model.pos.fuzzy,
+        fuzzy_ok=model.pos.supports_fuzzy,
+    )
 
 
 def report(findings: dict) -> str:
-    lines = [f"scheme {findings['scheme']}: hooks {', '.join(findings['hooks']) or 'none'}",
-             f"grid: {findings['grid'][0]} x {findings['grid'][1]} patches for this input "
-             f"(built for {findings['built_grid'][0]} x {findings['built_grid'][1]})"]
+    lines = [
+        f"scheme {findings['scheme']}: hooks {', '.join(findings['hooks']) or 'none'}",
+        f"grid: {findings['grid'][0]} x {findings['grid'][1]} patches for this input "
+        f"(built for {findings['built_grid'][0]} x {findings['built_grid'][1]})",
+    ]
     change = findings["shuffle_change"]
     reaches = change > SHUFFLE_NOISE
     verdict = "ok" if reaches == bool(findings["hooks"]) else "PROBLEM"  # a scheme with no hook must not reach
     strength = " (weak: typical of learned tables at initialisation)" if reaches and change < 1e-3 else ""
-    lines.append(f"[{verdict}] position signal {'reaches' if reaches else 'does not reach'} the output: shuffling "
-                 f"the patches changes the logits by {100 * change:.3g}%{strength}")
+    lines.append(
+        f"[{verdict}] position signal {'reaches' if reaches else 'does not reach'} the output: shuffling "
+        f"the patches changes the logits by {100 * change:.3g}%{strength}"
+    )
     for name, has_grad in findings["learned"].items():
-        lines.append(f"[{'ok' if has_grad else 'PROBLEM'}] learned pos.{name} "
-                     f"{'receives' if has_grad else 'gets no'} gradient")
+        lines.append(
+            f"[{'ok' if has_grad else 'PROBLEM'}] learned pos.{name} {'receives' if has_grad else 'gets no'} gradient"
+        )
     for name in findings["fixed"]:
         lines.append(f"[ok] fixed pos.{name} is a buffer (not trained)")
     if findings["pos_to_token_norm"] is not None:
@@ -99,12 +117,19 @@ def report(findings: dict) -> str:
         verdict = "ok" if 0.01 <= ratio <= 10 else "PROBLEM"
         lines.append(f"[{verdict}] positional / patch-token norm after `add`: {ratio:.3g}")
     modes = findings["resize_modes"]
-    lines.append(f"conversions to another resolution: resize_mode={'|'.join(modes)} (now {findings['resize_mode']})"
-                 if modes else "conversions to another resolution: none needed (no positional state to resize)")
-    lines.append(f"  attn_temperature=none|log (now {findings['attn_temperature']}); evaluate with "
-                 f"resize_mode=best to pick on the validation split")
-    lines.append(f"fuzzy positions in training: {'on' if findings['fuzzy'] else 'off'}"
-                 + ("" if findings["fuzzy_ok"] else " (not offered: no continuous coordinates)"))
+    lines.append(
+        f"conversions to another resolution: resize_mode={'|'.join(modes)} (now {findings['resize_mode']})"
+        if modes
+        else "conversions to another resolution: none needed (no positional state to resize)"
+    )
+    lines.append(
+        f"  attn_temperature=none|log (now {findings['attn_temperature']}); evaluate with "
+        f"resize_mode=best to pick on the validation split"
+    )
+    lines.append(
+        f"fuzzy positions in training: {'on' if findings['fuzzy'] else 'off'}"
+        + ("" if findings["fuzzy_ok"] else " (not offered: no continuous coordinates)")
+    )
     return "\n".join(lines)
 
 
@@ -115,8 +140,13 @@ def main(argv: list[str]) -> int:
         if options.ckpt:
             model = load_model(find_checkpoints(options.ckpt)[0])
         elif options.pos:
-            model = create_model(options.pos, img_size=options.img_size or 32, num_classes=options.num_classes,
-                                 in_chans=options.in_chans, **model_args)
+            model = create_model(
+                options.pos,
+                img_size=options.img_size or 32,
+                num_classes=options.num_classes,
+                in_chans=options.in_chans,
+                **model_args,
+            )
         else:
             raise ConfigError("pass pos=<scheme> (or ckpt=<checkpoint>), e.g. python -m vitpos.diagnose pos=2d_sin")
         torch.manual_seed(options.seed)

@@ -1,4 +1,5 @@
 """User-facing errors: `train.py` and the CLIs print their message as one line, no traceback."""
+
 import sys
 
 EXIT_USER_ERROR = 2
@@ -18,6 +19,21 @@ class DataNotFoundError(VitposError, FileNotFoundError):
 
 class NonFiniteLossError(VitposError, FloatingPointError):
     """The training loss became NaN or infinite (on any rank)."""
+
+
+class CheckpointWriteError(VitposError, OSError):
+    """A checkpoint could not be written (a full disk, a quota); the previous file is intact."""
+
+
+class RankLostError(VitposError, RuntimeError):
+    """Another process of a distributed run stopped (killed, crashed, out of memory)."""
+
+
+EXIT_PREEMPTED = 143  # 128 + SIGTERM, as a shell reports a process that SIGTERM ended
+
+
+class Preempted(Exception):
+    """Training stopped on SIGTERM after saving last.ckpt: not finished, exit EXIT_PREEMPTED."""
 
 
 def is_integer(value) -> bool:

@@ -19,6 +19,7 @@ limit (this many images of the split, drawn at random with seed 0: the same ones
 batch_size, data (a configs/data name, instead of the checkpoint's own data config), data_dir
 (override the dataset root), out, device.
 """
+
 from __future__ import annotations
 
 import csv
@@ -29,7 +30,8 @@ import torch
 from omegaconf import OmegaConf
 from torchmetrics.classification import MulticlassAccuracy
 
-from .config import data_config, instantiate, parse_options
+from .cli import parse_options
+from .config import data_config, instantiate
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import ATTN_TEMPERATURES, check_attn_temperature, image_size
@@ -39,8 +41,19 @@ from .precision import bf16_supported
 from .resize import model_from_checkpoint, read_checkpoint
 from .runs import RESULTS_FILE, find_checkpoints, run_dir, run_label, size_tag
 
-DEFAULTS = dict(ckpt=None, img_sizes=[32, 48, 64], resize_mode=None, attn_temperature=None, split="test", limit=None,
-                batch_size=256, data=None, data_dir=None, out="logs/evaluate", device="auto")
+DEFAULTS = dict(
+    ckpt=None,
+    img_sizes=[32, 48, 64],
+    resize_mode=None,
+    attn_temperature=None,
+    split="test",
+    limit=None,
+    batch_size=256,
+    data=None,
+    data_dir=None,
+    out="logs/evaluate",
+    device="auto",
+)
 BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
 
 
@@ -66,7 +79,7 @@ def accuracy(model, datamodule, split: str, device: torch.device, limit: int | N
     with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         for images, labels in loader:  # the split in its stored order (evaluation loaders do not shuffle)
             if mask is not None:
-                keep = mask[start:start + len(labels)]
+                keep = mask[start : start + len(labels)]
                 start += len(labels)
                 if not keep.any():
                     continue
@@ -85,15 +98,27 @@ def conversions(pos: str, resize_mode, attn_temperature) -> list[tuple]:
     return [(mode, temperature) for mode in get_pos_class(pos).resize_modes or (None,) for temperature in temperatures]
 
 
-def evaluate(ckpt, img_sizes, resize_mode=None, attn_temperature=None, split="test", limit=None, batch_size=256,
-             data=None, data_dir=None, out="logs/evaluate", device="auto") -> list[dict]:
+def evaluate(
+    ckpt,
+    img_sizes,
+    resize_mode=None,
+    attn_temperature=None,
+    split="test",
+    limit=None,
+    batch_size=256,
+    data=None,
+    data_dir=None,
+    out="logs/evaluate",
+    device="auto",
+) -> list[dict]:
     """Evaluate each checkpoint at each size; write the table, CSV and plot; return the rows."""
     if split not in ("test", "val"):
         raise ConfigError(f"split={split!r} must be test or val")
     if attn_temperature is not None:
         check_attn_temperature(attn_temperature)
-    device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                          "cpu" if device == "auto" else device)
+    device = torch.device(
+        "cuda" if device == "auto" and torch.cuda.is_available() else "cpu" if device == "auto" else device
+    )
     if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
         raise ConfigError(f"img_sizes={img_sizes!r} must be a list of sizes, e.g. img_sizes=[32,48,64]")
     sizes = [image_size(size) for size in img_sizes]
@@ -113,20 +138,34 @@ def evaluate(ckpt, img_sizes, resize_mode=None, attn_temperature=None, split="te
             datamodule.img_size = size
             chosen, note = candidates[0], ""
             if len(candidates) > 1:
-                val_accs = {(mode, temperature): accuracy(
-                    model_from_checkpoint(checkpoint, size, mode, temperature).to(device), datamodule, "val", device,
-                    limit)
-                    for mode, temperature in candidates}
+                val_accs = {
+                    (mode, temperature): accuracy(
+                        model_from_checkpoint(checkpoint, size, mode, temperature).to(device),
+                        datamodule,
+                        "val",
+                        device,
+                        limit,
+                    )
+                    for mode, temperature in candidates
+                }
                 chosen = max(val_accs, key=val_accs.get)  # the first of equals: candidates are in a fixed order
-                note = (f"  (best of {len(candidates)} on val: {conversion_label(*chosen)}, "
-                        f"val acc {val_accs[chosen]:.4f})")
+                note = (
+                    f"  (best of {len(candidates)} on val: {conversion_label(*chosen)}, val acc {val_accs[chosen]:.4f})"
+                )
             model = model_from_checkpoint(checkpoint, size, *chosen).to(device)  # the file is read once
             acc = accuracy(model, datamodule, split, device, limit)
-            row = dict(run=run_label(path), pos=trained["pos"], trained_at=size_tag(trained["img_size"]),
-                       img_size=size_tag(size), resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),
-                       attn_temperature=model.config["attn_temperature"],
-                       chosen_on="val" if len(candidates) > 1 else "", split=split, acc=round(acc, 4),
-                       checkpoint=str(path))
+            row = dict(
+                run=run_label(path),
+                pos=trained["pos"],
+                trained_at=size_tag(trained["img_size"]),
+                img_size=size_tag(size),
+                resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),
+                attn_temperature=model.config["attn_temperature"],
+                chosen_on="val" if len(candidates) > 1 else "",
+                split=split,
+                acc=round(acc, 4),
+                checkpoint=str(path),
+            )
             rows.append(row)
             print(f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}  {split} acc {acc:.4f}{note}", flush=True)
             if writer is not None:
@@ -154,8 +193,11 @@ def _tensorboard_writer(path: Path):
     if run is None:
         return None
     if not (run / RESULTS_FILE).is_file():
-        print(f"note: {run_label(path)} has not finished (no {RESULTS_FILE}): its checkpoint {path.name} is "
-              f"evaluated, nothing is logged into the run", flush=True)
+        print(
+            f"note: {run_label(path)} has not finished (no {RESULTS_FILE}): its checkpoint {path.name} is "
+            f"evaluated, nothing is logged into the run",
+            flush=True,
+        )
         return None
     return SummaryWriter(log_dir=str(run), filename_suffix=".resolution")
 
@@ -185,8 +227,14 @@ def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, lim
     styles = ("-", "--", ":", "-.")
     for index, run in enumerate(runs):
         first = next(iter(by_run[run].values()))
-        axes.plot(heights, [100 * by_run[run][t]["acc"] for t in tags], marker="o", color=colors[index % 10],
-                  linestyle=styles[index // 10 % 4], label=f"{first['pos']} ({run})")
+        axes.plot(
+            heights,
+            [100 * by_run[run][t]["acc"] for t in tags],
+            marker="o",
+            color=colors[index % 10],
+            linestyle=styles[index // 10 % 4],
+            label=f"{first['pos']} ({run})",
+        )
     axes.set_xticks(heights, tags)
     axes.set_xlabel("evaluation resolution")
     axes.set_ylabel(f"top-1 {rows[0]['split']} accuracy (%)")
@@ -204,8 +252,10 @@ def main(argv: list[str]) -> int:
     try:
         options = parse_options(argv, DEFAULTS, __doc__)
         if not options.ckpt:
-            raise ConfigError("pass ckpt=<checkpoint, run folder or log root>, e.g. "
-                              "python -m vitpos.evaluate ckpt=logs img_sizes=[32,48,64]")
+            raise ConfigError(
+                "pass ckpt=<checkpoint, run folder or log root>, e.g. "
+                "python -m vitpos.evaluate ckpt=logs img_sizes=[32,48,64]"
+            )
         evaluate(**OmegaConf.to_container(options, resolve=True))
     except VitposError as error:
         return report_error(error)

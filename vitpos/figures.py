@@ -19,13 +19,14 @@ Which figures a model gets follows from the hooks its scheme uses, never from th
   attention renormalised.
 
 The same figures are logged to TensorBoard (`figures/<name>`) and saved under
-`<run>/figures/` at the end of training by the `PositionalFigures` callback (`figures_at_end`).
+`<run>/figures/` at the end of training by the `PositionalFigures` callback (`callbacks.figures`).
 
 Options (key=value): ckpt or pos, out (default: `<run>/figures` for a checkpoint in a run
 folder, else logs/figures/<pos>), images (images for the attention distance), split (val or
 test), data (a configs/data name, instead of the checkpoint's own), data_dir, img_size, seed,
 and for pos= the model arguments (dim, depth, num_heads, patch_size, in_chans, ...).
 """
+
 from __future__ import annotations
 
 import sys
@@ -34,7 +35,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from .config import data_config, instantiate, parse_options
+from .cli import parse_options
+from .config import data_config, instantiate
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_ARGS, create_model
@@ -42,8 +44,7 @@ from .plots import make_figures, sample_images, save_figures
 from .resize import model_from_checkpoint, read_checkpoint
 from .runs import find_checkpoints, run_dir
 
-DEFAULTS = dict(ckpt=None, pos=None, out=None, images=64, split="val", data=None, data_dir=None, img_size=32,
-                seed=0)
+DEFAULTS = dict(ckpt=None, pos=None, out=None, images=64, split="val", data=None, data_dir=None, img_size=32, seed=0)
 
 
 def figures_from_options(options) -> tuple[dict, Path]:
@@ -61,15 +62,16 @@ def figures_from_options(options) -> tuple[dict, Path]:
         run = run_dir(path)
         default_out = run / "figures" if run else Path("logs/figures") / model.config["pos"]
     elif options.pos:
-        datamodule = instantiate(dict(data_config(options.data or "synthetic"), img_size=options.img_size,
-                                                  **data_dir))
+        datamodule = instantiate(dict(data_config(options.data or "synthetic"), img_size=options.img_size, **data_dir))
         model_args = {k: v for k, v in OmegaConf.to_container(options).items() if k in MODEL_ARGS}
         model_args = {"in_chans": datamodule.in_chans, "num_classes": datamodule.num_classes, **model_args}
         model = create_model(options.pos, img_size=options.img_size, **model_args)
         default_out = Path("logs/figures") / options.pos
     else:
-        raise ConfigError("pass ckpt=<checkpoint or run folder> or pos=<scheme>, e.g. "
-                          "python -m vitpos.figures ckpt=logs/2d_sin_cifar10_32px")
+        raise ConfigError(
+            "pass ckpt=<checkpoint or run folder> or pos=<scheme>, e.g. "
+            "python -m vitpos.figures ckpt=logs/2d_sin_cifar10_32px"
+        )
     images = sample_images(datamodule, options.images, options.split)
     return make_figures(model, images), Path(options.out) if options.out else default_out
 

@@ -4,6 +4,7 @@
 Patch embedding, MLP, DropPath and weight init come from timm; the attention is written here
 because no library attention exposes the bias and rotate hooks between q/k and the softmax.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -35,16 +36,17 @@ class Attention(nn.Module):
     by `bias`) and q/k rotation.
 
     `attn_impl`: `sdpa` uses `F.scaled_dot_product_attention` (bias passed as `attn_mask`),
-    `math` the plain matmul-softmax-matmul, `auto` picks `sdpa` on GPU and `math` on CPU, where the
-    fused kernel's backward is several times slower for short token sequences (measured).
+    `math` the plain matmul-softmax-matmul, `auto` picks `math` on CPU (where the fused kernel's
+    backward is several times slower for short token sequences) and `sdpa` on any other device.
     """
 
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_impl: str = "auto",
-                 proj_drop: float = 0.0):
+    def __init__(
+        self, dim: int, num_heads: int, qkv_bias: bool = True, attn_impl: str = "auto", proj_drop: float = 0.0
+    ):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.scale = self.head_dim ** -0.5
+        self.scale = self.head_dim**-0.5
         self.attn_impl = attn_impl
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
@@ -65,8 +67,9 @@ class Attention(nn.Module):
             logits = logits + bias.to(logits.dtype)
         return logits.softmax(dim=-1)
 
-    def forward(self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None,
-                temperature: float = 1.0) -> Tensor:
+    def forward(
+        self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None, temperature: float = 1.0
+    ) -> Tensor:
         batch, num_tokens, dim = x.shape
         q, k, v = self.heads(x, rotate)
         logit_bias = None if bias is None else bias(q)
@@ -83,8 +86,16 @@ class Attention(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool, drop_path: float,
-                 attn_impl: str, drop: float = 0.0):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        mlp_ratio: float,
+        qkv_bias: bool,
+        drop_path: float,
+        attn_impl: str,
+        drop: float = 0.0,
+    ):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
         self.attn = Attention(dim, num_heads, qkv_bias=qkv_bias, attn_impl=attn_impl, proj_drop=drop)
@@ -92,8 +103,9 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None,
-                temperature: float = 1.0) -> Tensor:
+    def forward(
+        self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None, temperature: float = 1.0
+    ) -> Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), bias=bias, rotate=rotate, temperature=temperature))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
@@ -109,8 +121,9 @@ def image_size(value, setting: str | None = None, example: str = "img_size=32") 
     names the `setting` it came from (default `img_size=<value>`)."""
     sizes = list(value) if isinstance(value, Sequence) and not isinstance(value, str) else [value, value]
     if len(sizes) != 2 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
-        raise ConfigError(f"{setting or f'img_size={value!r}'} must be a positive integer or an [H, W] pair "
-                          f"of them, e.g. {example}")
+        raise ConfigError(
+            f"{setting or f'img_size={value!r}'} must be a positive integer or an [H, W] pair of them, e.g. {example}"
+        )
     return sizes[0], sizes[1]
 
 
@@ -146,22 +159,54 @@ class VisionTransformer(nn.Module):
         pos_kwargs: extra constructor arguments of the scheme (e.g. `resize_mode`).
     """
 
-    def __init__(self, pos: str = "2d_sin", img_size: int | tuple[int, int] = 32, patch_size: int = 4,
-                 in_chans: int = 3, num_classes: int = 10, dim: int = 192, depth: int = 6, num_heads: int = 3,
-                 mlp_ratio: float = 4.0, qkv_bias: bool = True, drop_rate: float = 0.0, drop_path_rate: float = 0.0,
-                 pool: str = "gap", attn_impl: str = "auto", attn_temperature: str = "none",
-                 temperature_ref_size: int | tuple[int, int] | None = None, pos_kwargs: dict | None = None):
+    def __init__(
+        self,
+        pos: str = "2d_sin",
+        img_size: int | tuple[int, int] = 32,
+        patch_size: int = 4,
+        in_chans: int = 3,
+        num_classes: int = 10,
+        dim: int = 192,
+        depth: int = 6,
+        num_heads: int = 3,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        pool: str = "gap",
+        attn_impl: str = "auto",
+        attn_temperature: str = "none",
+        temperature_ref_size: int | tuple[int, int] | None = None,
+        pos_kwargs: dict | None = None,
+    ):
         super().__init__()
-        for name, value in (("patch_size", patch_size), ("in_chans", in_chans), ("num_classes", num_classes),
-                            ("dim", dim), ("depth", depth), ("num_heads", num_heads)):
+        for name, value in (
+            ("patch_size", patch_size),
+            ("in_chans", in_chans),
+            ("num_classes", num_classes),
+            ("dim", dim),
+            ("depth", depth),
+            ("num_heads", num_heads),
+        ):
             check_setting(f"model.{name}", value, is_integer(value) and value > 0, "be a positive integer")
-        check_setting("model.mlp_ratio", mlp_ratio, is_number(mlp_ratio) and mlp_ratio > 0,
-                      "be a positive number (the MLP's hidden width / dim), e.g. model.mlp_ratio=4")
-        check_setting("model.drop_path_rate", drop_path_rate, is_number(drop_path_rate) and 0 <= drop_path_rate < 1,
-                      "be a number with 0 <= drop_path_rate < 1, e.g. model.drop_path_rate=0.1")
+        check_setting(
+            "model.mlp_ratio",
+            mlp_ratio,
+            is_number(mlp_ratio) and mlp_ratio > 0,
+            "be a positive number (the MLP's hidden width / dim), e.g. model.mlp_ratio=4",
+        )
+        check_setting(
+            "model.drop_path_rate",
+            drop_path_rate,
+            is_number(drop_path_rate) and 0 <= drop_path_rate < 1,
+            "be a number with 0 <= drop_path_rate < 1, e.g. model.drop_path_rate=0.1",
+        )
         img_size = image_size(img_size)
-        ref_size = image_size(temperature_ref_size, f"model.temperature_ref_size={temperature_ref_size!r}") \
-            if temperature_ref_size is not None else img_size
+        ref_size = (
+            image_size(temperature_ref_size, f"model.temperature_ref_size={temperature_ref_size!r}")
+            if temperature_ref_size is not None
+            else img_size
+        )
         if dim % num_heads:
             raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
         if pool not in POOLS:
@@ -170,20 +215,41 @@ class VisionTransformer(nn.Module):
             raise ConfigError(f"attn_impl={attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
         check_attn_temperature(attn_temperature)
         if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float)) or not 0 <= drop_rate < 1:
-            raise ConfigError(f"model.drop_rate={drop_rate!r} must be a number with 0 <= drop_rate < 1, "
-                              f"e.g. model.drop_rate=0.1")
+            raise ConfigError(
+                f"model.drop_rate={drop_rate!r} must be a number with 0 <= drop_rate < 1, e.g. model.drop_rate=0.1"
+            )
         self.patch_size = patch_size
         self.grid: Grid = self.grid_for(img_size)
         self.attn_temperature = attn_temperature
         self.config = dict(
-            pos=pos, img_size=list(img_size), patch_size=patch_size, in_chans=in_chans, num_classes=num_classes,
-            dim=dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
-            drop_rate=drop_rate, drop_path_rate=drop_path_rate, pool=pool, attn_impl=attn_impl,
-            attn_temperature=attn_temperature, temperature_ref_size=list(ref_size), pos_kwargs=dict(pos_kwargs or {}),
+            pos=pos,
+            img_size=list(img_size),
+            patch_size=patch_size,
+            in_chans=in_chans,
+            num_classes=num_classes,
+            dim=dim,
+            depth=depth,
+            num_heads=num_heads,
+            mlp_ratio=mlp_ratio,
+            qkv_bias=qkv_bias,
+            drop_rate=drop_rate,
+            drop_path_rate=drop_path_rate,
+            pool=pool,
+            attn_impl=attn_impl,
+            attn_temperature=attn_temperature,
+            temperature_ref_size=list(ref_size),
+            pos_kwargs=dict(pos_kwargs or {}),
         )
 
-        self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=dim,
-                                      flatten=False, output_fmt="NHWC", strict_img_size=False)
+        self.patch_embed = PatchEmbed(
+            img_size=img_size,
+            patch_size=patch_size,
+            in_chans=in_chans,
+            embed_dim=dim,
+            flatten=False,
+            output_fmt="NHWC",
+            strict_img_size=False,
+        )
         self.pos = create_pos(pos, dim=dim, num_heads=num_heads, depth=depth, grid=self.grid, **(pos_kwargs or {}))
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
         self.num_prefix_tokens = 0 if self.cls_token is None else 1
@@ -290,8 +356,9 @@ class VisionTransformer(nn.Module):
         return self.head(self.forward_features(images))
 
 
-def create_model(pos: str, img_size: int | tuple[int, int] = 32, num_classes: int = 10, in_chans: int = 3,
-                 **model_kwargs) -> VisionTransformer:
+def create_model(
+    pos: str, img_size: int | tuple[int, int] = 32, num_classes: int = 10, in_chans: int = 3, **model_kwargs
+) -> VisionTransformer:
     """Build a ViT with positional scheme `pos`; `model_kwargs` are `VisionTransformer` arguments."""
     return VisionTransformer(pos=pos, img_size=img_size, num_classes=num_classes, in_chans=in_chans, **model_kwargs)
 
@@ -299,8 +366,11 @@ def create_model(pos: str, img_size: int | tuple[int, int] = 32, num_classes: in
 # the `create_model` keyword arguments besides the scheme and size (CLIs accept them as key=value)
 MODEL_ARGS = frozenset(inspect.signature(VisionTransformer).parameters) - {"pos", "img_size"}
 # their defaults: what a checkpoint saved before an argument existed was built with
-MODEL_DEFAULTS = {name: p.default for name, p in inspect.signature(VisionTransformer).parameters.items()
-                  if p.default is not inspect.Parameter.empty}
+MODEL_DEFAULTS = {
+    name: p.default
+    for name, p in inspect.signature(VisionTransformer).parameters.items()
+    if p.default is not inspect.Parameter.empty
+}
 
 
 def as_built(model_args: dict) -> dict:

@@ -1,9 +1,12 @@
 """LightningModule: cross-entropy with label smoothing (optionally timm's Mixup/CutMix), top-1
-torchmetrics accuracy per split, AdamW
-(no decay on norms, biases, positional tables) with linear warmup then cosine decay."""
+torchmetrics accuracy per split, and the optimizer and schedule the config builds (`optim/`,
+`scheduler/`: AdamW and linear warm-up then cosine decay by default), stepped every optimizer step."""
+
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 import lightning as L
 import torch
@@ -27,8 +30,53 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: 
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def warmup_cosine_schedule(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 500, min_lr_ratio: float = 0.01
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """`warmup_cosine` over a run of `total_steps` optimizer steps, the warm-up capped at a tenth of
+    the run (configs/scheduler/warmup_cosine.yaml)."""
+    check_setting(
+        "scheduler.warmup_steps",
+        warmup_steps,
+        is_integer(warmup_steps) and warmup_steps >= 0,
+        "be a whole number of steps, e.g. scheduler.warmup_steps=500",
+    )
+    check_setting(
+        "scheduler.min_lr_ratio",
+        min_lr_ratio,
+        is_number(min_lr_ratio) and 0 <= min_lr_ratio <= 1,
+        "be a number in [0, 1] (the final lr as a fraction of optim.lr), e.g. scheduler.min_lr_ratio=0.01",
+    )
+    warmup = max(1, min(warmup_steps, total_steps // 10))
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        functools.partial(warmup_cosine, warmup_steps=warmup, total_steps=total_steps, min_lr_ratio=min_lr_ratio),
+    )
+
+
+default_optimizer = functools.partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.05)
 soft_target_cross_entropy = SoftTargetCrossEntropy()
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
+
+
+def check_optimizer(optimizer: Callable, scheduler: Callable) -> None:
+    """Build the optimizer and the schedule once over a stand-in parameter, so that a bad setting
+    (a negative lr, betas out of range, a warm-up that is not a number) fails before training, as
+    one line naming the key."""
+    for name in ("lr", "weight_decay"):
+        if isinstance(optimizer, functools.partial) and name in optimizer.keywords:
+            value = optimizer.keywords[name]
+            check_setting(f"optim.{name}", value, is_number(value) and value >= 0, "be a non-negative number")
+    try:
+        built = optimizer([torch.nn.Parameter(torch.zeros(1))])
+    except (TypeError, ValueError) as error:
+        raise ConfigError(
+            f"optim: {error}; see configs/optim/ for the optimizer's settings, e.g. optim.lr=1e-3"
+        ) from None
+    try:
+        scheduler(built, total_steps=1)
+    except TypeError as error:
+        raise ConfigError(f"scheduler: {error}; see configs/scheduler/ for the schedule's settings") from None
 
 
 class ImageClassifier(L.LightningModule):
@@ -37,11 +85,10 @@ class ImageClassifier(L.LightningModule):
     Args:
         model: `create_model` arguments (pos, img_size, num_classes, in_chans, dim, ...). Saved in
             the checkpoint's hyper-parameters, so the model can be rebuilt from the file alone.
-        lr: peak learning rate.
-        weight_decay: AdamW decay of matrices (never of norms, biases, positional tables).
-        betas: AdamW betas.
-        warmup_steps: linear warmup steps (capped at a tenth of the run).
-        min_lr_ratio: final LR / peak LR of the cosine schedule.
+        optimizer: a partial optimizer, called with the parameter groups (weight decay only for
+            matrices and kernels); default AdamW(lr=1e-3, weight_decay=0.05).
+        scheduler: a partial schedule, called with the optimizer and `total_steps`; default
+            `warmup_cosine_schedule`.
         label_smoothing: cross-entropy label smoothing.
         mixup_alpha, cutmix_alpha: Beta(alpha, alpha) of timm's `Mixup` (Zhang et al. 2018; Yun et al.
             2019; one of the two per batch when both are on); 0 and 0 train on the plain batch.
@@ -54,24 +101,41 @@ class ImageClassifier(L.LightningModule):
             or `reduce-overhead` (CUDA graphs).
     """
 
-    def __init__(self, model: dict, lr: float = 1e-3, weight_decay: float = 0.05,
-                 betas: tuple[float, float] = (0.9, 0.999), warmup_steps: int = 500, min_lr_ratio: float = 0.01,
-                 label_smoothing: float = 0.1, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0,
-                 check_finite_every: int = 50, data: dict | None = None, compile: bool | str = False):
+    def __init__(
+        self,
+        model: dict,
+        optimizer: Callable | None = None,
+        scheduler: Callable | None = None,
+        label_smoothing: float = 0.1,
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
+        check_finite_every: int = 50,
+        data: dict | None = None,
+        compile: bool | str = False,
+    ):
         super().__init__()
-        for name, value in (("lr", lr), ("weight_decay", weight_decay), ("warmup_steps", warmup_steps),
-                            ("label_smoothing", label_smoothing), ("mixup_alpha", mixup_alpha),
-                            ("cutmix_alpha", cutmix_alpha)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"optim.{name}={value!r} must be a non-negative number")
-        if isinstance(check_finite_every, bool) or not isinstance(check_finite_every, int) or check_finite_every < 1:
-            raise ConfigError(f"optim.check_finite_every={check_finite_every!r} must be a positive integer")
-        check_setting("optim.warmup_steps", warmup_steps, is_integer(warmup_steps), "be a whole number of steps")
-        check_setting("optim.label_smoothing", label_smoothing, label_smoothing < 1,
-                      "be below 1 (the target's share moved to the other classes), e.g. optim.label_smoothing=0.1")
-        check_setting("optim.min_lr_ratio", min_lr_ratio, is_number(min_lr_ratio) and 0 <= min_lr_ratio <= 1,
-                      "be a number in [0, 1] (the final lr as a fraction of optim.lr), e.g. optim.min_lr_ratio=0.01")
-        self.save_hyperparameters()
+        for name, value in (
+            ("label_smoothing", label_smoothing),
+            ("mixup_alpha", mixup_alpha),
+            ("cutmix_alpha", cutmix_alpha),
+        ):
+            check_setting(f"loss.{name}", value, is_number(value) and value >= 0, "be a non-negative number")
+        check_setting(
+            "loss.label_smoothing",
+            label_smoothing,
+            label_smoothing < 1,
+            "be below 1 (the target's share moved to the other classes), e.g. loss.label_smoothing=0.1",
+        )
+        check_setting(
+            "check_finite_every",
+            check_finite_every,
+            is_integer(check_finite_every) and check_finite_every > 0,
+            "be a positive number of steps, e.g. check_finite_every=50",
+        )
+        self.optimizer_factory = optimizer or default_optimizer
+        self.scheduler_factory = scheduler or warmup_cosine_schedule
+        check_optimizer(self.optimizer_factory, self.scheduler_factory)
+        self.save_hyperparameters(ignore=["optimizer", "scheduler"])  # the run's config.yaml keeps them
         self.model = create_model(**model)
         if compile not in (False, True, *COMPILE_MODES):
             raise ConfigError(f"model.compile={compile!r} must be false, true or one of {', '.join(COMPILE_MODES)}")
@@ -79,17 +143,28 @@ class ImageClassifier(L.LightningModule):
             self.model.compile(mode=None if compile is True else compile)
         num_classes = self.model.config["num_classes"]
         # soft targets (mixed and smoothed) for training; evaluation keeps the hard-label loss
-        self.mixup = Mixup(mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha, label_smoothing=label_smoothing,
-                           num_classes=num_classes) if mixup_alpha > 0 or cutmix_alpha > 0 else None
+        self.mixup = (
+            Mixup(
+                mixup_alpha=mixup_alpha,
+                cutmix_alpha=cutmix_alpha,
+                label_smoothing=label_smoothing,
+                num_classes=num_classes,
+            )
+            if mixup_alpha > 0 or cutmix_alpha > 0
+            else None
+        )
         top_k = min(5, num_classes)
 
         # Top-1 as papers report it: correct / seen (micro). torchmetrics' default is the macro
         # mean of per-class recalls, which differs on unbalanced splits (validation, `limit=`).
         def metrics(prefix: str) -> MetricCollection:
-            return MetricCollection({
-                "acc": MulticlassAccuracy(num_classes, top_k=1, average="micro"),
-                f"acc_top{top_k}": MulticlassAccuracy(num_classes, top_k=top_k, average="micro"),
-            }, prefix=prefix)
+            return MetricCollection(
+                {
+                    "acc": MulticlassAccuracy(num_classes, top_k=1, average="micro"),
+                    f"acc_top{top_k}": MulticlassAccuracy(num_classes, top_k=top_k, average="micro"),
+                },
+                prefix=prefix,
+            )
 
         self.train_metrics = metrics("train/")
         self.val_metrics = metrics("val/")
@@ -150,10 +225,12 @@ class ImageClassifier(L.LightningModule):
         first, self._nonfinite, self._checked_step = self._checked_step + 1, None, step
         if bad > 0:
             where = f"at step {step}" if first == step else f"between steps {first} and {step}"
-            raise NonFiniteLossError(f"non-finite training loss {where} (epoch {self.current_epoch}; "
-                                     f"{int(bad)} rank-step(s), checked every optim.check_finite_every={every}); "
-                                     f"lower optim.lr, keep trainer.gradient_clip_val, "
-                                     f"or try trainer.precision=32-true")
+            raise NonFiniteLossError(
+                f"non-finite training loss {where} (epoch {self.current_epoch}; "
+                f"{int(bad)} rank-step(s), checked every check_finite_every={every}); "
+                f"lower optim.lr, keep trainer.gradient_clip_val, "
+                f"or try trainer.precision=32-true"
+            )
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._step(batch, self.val_metrics, "val")
@@ -180,8 +257,7 @@ class ImageClassifier(L.LightningModule):
             if not param.requires_grad:
                 continue
             (no_decay if param.ndim < 2 or name in skip else decay).append(param)
-        return [{"params": decay, "weight_decay": self.hparams.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0}]
+        return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]  # decay: the optimizer's own
 
     def total_steps(self) -> int:
         """Optimizer steps of the whole run, counted from the datamodule (Lightning's
@@ -192,17 +268,16 @@ class ImageClassifier(L.LightningModule):
         if trainer.max_epochs is not None and trainer.max_epochs > 0:
             batches = trainer.datamodule.train_batches_per_epoch(trainer.world_size)
             limit = trainer.limit_train_batches
-            batches = (min(batches, limit) if isinstance(limit, int)
-                       else int(batches * (limit if limit is not None else 1.0)))
+            batches = (
+                min(batches, limit) if isinstance(limit, int) else int(batches * (limit if limit is not None else 1.0))
+            )
             counts.append(math.ceil(batches / trainer.accumulate_grad_batches) * trainer.max_epochs)
         if not counts:
             raise ConfigError("set trainer.max_epochs or trainer.max_steps: the learning-rate schedule needs a length")
         return max(1, min(counts))
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameter_groups(), lr=self.hparams.lr, betas=tuple(self.hparams.betas))
-        total_steps = self._total_steps = self.total_steps()
-        warmup_steps = max(1, min(self.hparams.warmup_steps, total_steps // 10))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_cosine(step, warmup_steps, total_steps, self.hparams.min_lr_ratio))
+        optimizer = self.optimizer_factory(self.parameter_groups())
+        self._total_steps = self.total_steps()
+        scheduler = self.scheduler_factory(optimizer, total_steps=self._total_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

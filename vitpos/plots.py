@@ -1,6 +1,7 @@
 """Figures of what a positional scheme encodes and how far attention looks (drawn by hooks, never
 by scheme name), and the one pyplot set-up every plot of the project uses. `python -m
 vitpos.figures` and the `PositionalFigures` callback draw these."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,8 +52,10 @@ def similarity_figure(model: VisionTransformer, grid: Grid):
     image = axes.imshow(mosaic(similarity, grid).numpy(), cmap="viridis", vmin=similarity.min().item(), vmax=1)
     axes.set_xticks([])
     axes.set_yticks([])
-    axes.set_title(f"{model.config['pos']}: cosine similarity of positional vectors\n"
-                   f"(tile (r, c): patch (r, c) against every patch; {grid[0]} x {grid[1]} grid)")
+    axes.set_title(
+        f"{model.config['pos']}: cosine similarity of positional vectors\n"
+        f"(tile (r, c): patch (r, c) against every patch; {grid[0]} x {grid[1]} grid)"
+    )
     figure.colorbar(image, ax=axes, fraction=0.046)
     figure.tight_layout()
     return figure
@@ -85,8 +88,9 @@ def per_head_figure(maps: Tensor, grid: Grid, title: str, colorbar_label: str):
     """maps (layers, heads, H*W) as a layers x heads panel of H x W images around the centre patch."""
     plt = pyplot()
     layers, heads = maps.shape[:2]
-    figure, axes = plt.subplots(layers, heads, figsize=(1.7 * heads + 1.4, 1.6 * layers + 0.7), squeeze=False,
-                                layout="constrained")
+    figure, axes = plt.subplots(
+        layers, heads, figsize=(1.7 * heads + 1.4, 1.6 * layers + 0.7), squeeze=False, layout="constrained"
+    )
     low, high = maps.min().item(), maps.max().item()
     centre = divmod(centre_index(grid), grid[1])
     for layer in range(layers):
@@ -112,11 +116,15 @@ def bias_figure(model: VisionTransformer, images: Tensor):
     query = model.num_prefix_tokens + centre_index(grid)
 
     def centre_row(attention, q, k, bias):  # bias (heads, T, T) or (B, heads, T, T) -> (heads, N)
-        return bias.float().reshape(-1, *bias.shape[-3:]).mean(dim=0)[:, query, model.num_prefix_tokens:]
+        return bias.float().reshape(-1, *bias.shape[-3:]).mean(dim=0)[:, query, model.num_prefix_tokens :]
 
     maps = torch.stack(record_attention(model, images, centre_row)).cpu()
-    return per_head_figure(maps, grid, f"{model.config['pos']}: attention bias from the centre patch (+), "
-                           f"mean over {len(images)} images", "logit bias")
+    return per_head_figure(
+        maps,
+        grid,
+        f"{model.config['pos']}: attention bias from the centre patch (+), mean over {len(images)} images",
+        "logit bias",
+    )
 
 
 def rotary_figure(model: VisionTransformer, grid: Grid):
@@ -130,9 +138,12 @@ def rotary_figure(model: VisionTransformer, grid: Grid):
     for layer in range(model.config["depth"]):
         q, k = model.pos.rotate(layer, unit, unit, grid)
         maps.append((q[0, :, centre : centre + 1] @ k[0].transpose(-2, -1))[:, 0] / head_dim)  # (heads, N)
-    return per_head_figure(torch.stack(maps).float(), grid,
-                           f"{model.config['pos']}: rotary score of q = k = 1 from the centre patch (+)",
-                           "score / head_dim")
+    return per_head_figure(
+        torch.stack(maps).float(),
+        grid,
+        f"{model.config['pos']}: rotary score of q = k = 1 from the centre patch (+)",
+        "score / head_dim",
+    )
 
 
 def patch_distances(grid: Grid, patch_size: int) -> Tensor:
@@ -190,8 +201,10 @@ def attention_distance_figure(model: VisionTransformer, images: Tensor):
     axes.axhline(uniform, color="0.5", linestyle="--", linewidth=1, label="uniform attention")
     axes.set_xlabel("layer")
     axes.set_ylabel("mean attention distance (pixels)")
-    axes.set_title(f"{model.config['pos']}: mean attention distance per head\n"
-                   f"({len(images)} images, {grid[0]} x {grid[1]} patches of {model.patch_size} px)")
+    axes.set_title(
+        f"{model.config['pos']}: mean attention distance per head\n"
+        f"({len(images)} images, {grid[0]} x {grid[1]} patches of {model.patch_size} px)"
+    )
     axes.set_xticks(range(layers))
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, ncol=2)

@@ -1,4 +1,5 @@
 """Which precision a run uses: `auto` is bf16 mixed precision where bf16 is native, else fp32."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Checkpoints across resolutions: rebuild a model from a checkpoint alone and convert its
 positional state to another input size with the scheme's own resize rule."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,19 +30,26 @@ def read_checkpoint(path: str | Path) -> dict:
     a run folder stands for its best checkpoint (`checkpoint_file`)."""
     path = checkpoint_file(path)
     if not path.is_file():
-        raise ConfigError(f"checkpoint not found: {path}; pass a run folder or the path of a .ckpt written by "
-                          f"train.py (logs/<run>/version_N/checkpoints/)")
+        raise ConfigError(
+            f"checkpoint not found: {path}; pass a run folder or the path of a .ckpt written by "
+            f"train.py (logs/<run>/version_N/checkpoints/)"
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # unpickling garbage raises almost any exception type
         others = sorted((p for p in path.parent.glob("*.ckpt") if p != path), key=checkpoint_step)
-        instead = (f"use {others[-1]} beside it (to continue a run from it: resume={others[-1]})" if others else
-                   "no other checkpoint is beside it: train again (without resume)")
-        raise ConfigError(f"cannot read checkpoint {path} (corrupt or truncated? {type(error).__name__}); "
-                          f"{instead}") from None
+        instead = (
+            f"use {others[-1]} beside it (to continue a run from it: resume={others[-1]})"
+            if others
+            else "no other checkpoint is beside it: train again (without resume)"
+        )
+        raise ConfigError(
+            f"cannot read checkpoint {path} (corrupt or truncated? {type(error).__name__}); {instead}"
+        ) from None
     if not isinstance(checkpoint, dict) or "model" not in checkpoint.get("hyper_parameters", {}):
-        raise ConfigError(f"{path} is not a vitpos checkpoint (no model hyper-parameters); "
-                          f"use a .ckpt written by train.py")
+        raise ConfigError(
+            f"{path} is not a vitpos checkpoint (no model hyper-parameters); use a .ckpt written by train.py"
+        )
     return checkpoint
 
 
@@ -50,8 +58,12 @@ def model_state(checkpoint: dict) -> dict:
     return {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
 
 
-def load_model(ckpt_path: str | Path, img_size: int | tuple[int, int] | None = None,
-               resize_mode: str | None = None, attn_temperature: str | None = None) -> VisionTransformer:
+def load_model(
+    ckpt_path: str | Path,
+    img_size: int | tuple[int, int] | None = None,
+    resize_mode: str | None = None,
+    attn_temperature: str | None = None,
+) -> VisionTransformer:
     """Rebuild the model of a checkpoint (no config needed), converted to `img_size` when given.
 
     Args:
@@ -67,8 +79,12 @@ def load_model(ckpt_path: str | Path, img_size: int | tuple[int, int] | None = N
     return model_from_checkpoint(read_checkpoint(ckpt_path), img_size, resize_mode, attn_temperature)
 
 
-def model_from_checkpoint(checkpoint: dict, img_size: int | tuple[int, int] | None = None,
-                          resize_mode: str | None = None, attn_temperature: str | None = None) -> VisionTransformer:
+def model_from_checkpoint(
+    checkpoint: dict,
+    img_size: int | tuple[int, int] | None = None,
+    resize_mode: str | None = None,
+    attn_temperature: str | None = None,
+) -> VisionTransformer:
     """`load_model` for a checkpoint already read with `read_checkpoint`."""
     model = create_model(**checkpoint["hyper_parameters"]["model"])
     model.load_state_dict(model_state(checkpoint))

@@ -1,7 +1,9 @@
 """Run folders and checkpoints: `<log_dir>[/<experiment>]/<run name>/version_N/` holds train.py's
 `config.yaml`, `hparams.yaml`, event files, `checkpoints/` and, once finished, `results.json`."""
+
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -41,6 +43,41 @@ def devices(trainer: dict) -> int:
     """Processes of a run (devices x nodes), so `batch_size` is the global batch; 1 for `auto`."""
     count = trainer.get("devices")
     return int(count) * int(trainer.get("num_nodes") or 1) if str(count).isdigit() else 1
+
+
+RUN_FOLDER_ENV = "VITPOS_RUN_FOLDER"  # rank 0's claimed version folder, inherited by the ranks it launches
+
+
+def claim_version(run_root: Path) -> Path:
+    """Create the next free `<run_root>/version_N` and return it. `mkdir` is atomic: of two runs
+    started at the same moment, one creates version_N and the other moves on to version_N+1. The
+    folder is published in the environment, from which the ranks Lightning launches learn it."""
+    run_root.mkdir(parents=True, exist_ok=True)
+    numbers = [p.name.removeprefix("version_") for p in run_root.glob("version_*")]
+    version = max((int(n) for n in numbers if n.isdigit()), default=-1) + 1
+    while True:
+        folder = run_root / f"version_{version}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            version += 1
+            continue
+        os.environ[RUN_FOLDER_ENV] = str(folder)
+        return folder
+
+
+def claimed_version(run_root: Path) -> int | None:
+    """On a rank other than 0: the version rank 0 claimed under `run_root` (`claim_version`), or
+    None when it is not known here (such a rank writes nothing into the run folder)."""
+    folder = os.environ.get(RUN_FOLDER_ENV)
+    if folder and Path(folder).parent == run_root and Path(folder).name.startswith("version_"):
+        return version_of(Path(folder))
+    return None
+
+
+def version_of(folder: Path) -> int:
+    """N of a `version_N` folder."""
+    return int(Path(folder).name.removeprefix("version_"))
 
 
 def run_dir(checkpoint: Path) -> Path | None:

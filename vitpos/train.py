@@ -1,46 +1,46 @@
 """`train(cfg)`: the whole training run from a composed Hydra config; `python -m vitpos` (and
 `train.py`) wrap it."""
+
 from __future__ import annotations
 
 import json
+import re
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint, ThroughputMonitor
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-from .callbacks import (
-    AtomicCheckpointIO,
-    EveryEpochTest,
-    LastCheckpoint,
-    PositionalFigures,
-    ProgressBar,
-    ProgressLog,
-    RNGStateInCheckpoint,
-)
+from .callbacks import AtomicCheckpointIO
 from .config import instantiate
 from .data import ImageDataModule
-from .errors import ConfigError, check_setting, is_integer
-from .model import VisionTransformer, as_built, image_size
+from .errors import ConfigError, Preempted, RankLostError, check_setting, is_integer
+from .finetune import finetune_source, to_container
+from .model import as_built, image_size
 from .module import ImageClassifier
 from .precision import bf16_supported, device_description, resolve_precision
-from .resize import checkpoint_file, model_from_checkpoint, read_checkpoint
-from .runs import RESULTS_FILE, budget, devices, run_dir, scheme_label, size_tag, sizes_tag
+from .resize import checkpoint_file, read_checkpoint
+from .runs import (
+    RESULTS_FILE,
+    budget,
+    claim_version,
+    claimed_version,
+    devices,
+    run_dir,
+    scheme_label,
+    size_tag,
+    sizes_tag,
+    version_of,
+)
 
 HPARAM_METRICS = ("val/acc_best", "test/acc", "val/acc", "resolution/test_acc")
-
-
-def batch_size(batch) -> int:
-    """Images in a (images, labels) batch (a named function: ddp_spawn pickles the callbacks)."""
-    return len(batch[1])
 
 
 def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
@@ -50,8 +50,11 @@ def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
     model_args.pop("compile", None)  # a training option (ImageClassifier), not an architecture argument
     return dict(
         model_args,
-        pos=pos_kwargs.pop("name"), pos_kwargs=pos_kwargs, img_size=to_container(cfg.img_size),
-        num_classes=datamodule.num_classes, in_chans=datamodule.in_chans,
+        pos=pos_kwargs.pop("name"),
+        pos_kwargs=pos_kwargs,
+        img_size=to_container(cfg.img_size),
+        num_classes=datamodule.num_classes,
+        in_chans=datamodule.in_chans,
     )
 
 
@@ -101,9 +104,12 @@ SCALARS_LAYOUT = {
 }
 
 
-def log_hparams(logger: TensorBoardLogger, row: dict) -> None:
-    """Write the HParams-tab summary (hparams.yaml too), compared on accuracy at every resolution."""
+def log_hparams(logger, row: dict) -> None:
+    """Write the HParams row (hparams.yaml) and, to TensorBoard, the HParams-tab summary compared
+    on accuracy at every resolution and the Custom Scalars layout."""
     logger.log_hyperparams(row)  # hparams.yaml; with no metrics Lightning writes no HParams summary
+    if not isinstance(logger, TensorBoardLogger):
+        return
     experiment, *session = hparams_summary(row, {name: 0.0 for name in HPARAM_METRICS})
     content = HParamsPluginData.FromString(experiment.value[0].metadata.plugin_data.content)
     for info in content.experiment.hparam_infos:
@@ -114,32 +120,19 @@ def log_hparams(logger: TensorBoardLogger, row: dict) -> None:
     logger.experiment.add_custom_scalars(SCALARS_LAYOUT)
 
 
-def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[VisionTransformer, list[int]]:
-    """The model of `cfg.finetune_from` converted to `cfg.img_size` and checked against the config,
-    and the image size it was trained at."""
-    checkpoint = read_checkpoint(cfg.finetune_from)
-    model = model_from_checkpoint(checkpoint, img_size=to_container(cfg.img_size), resize_mode=cfg.resize_mode,
-                                  attn_temperature=cfg.get("attn_temperature"))
-    trained = model.config
-    if trained["pos"] != cfg.pos.name:
-        raise ConfigError(f"checkpoint {cfg.finetune_from} was trained with pos={trained['pos']} but the config "
-                          f"asks for pos={cfg.pos.name}; pass pos={trained['pos']}")
-    if (trained["num_classes"], trained["in_chans"]) != (datamodule.num_classes, datamodule.in_chans):
-        raise ConfigError(f"checkpoint {cfg.finetune_from} has {trained['num_classes']} classes and "
-                          f"{trained['in_chans']} input channels, data={datamodule.name} has "
-                          f"{datamodule.num_classes} and {datamodule.in_chans}; pass the data it was trained on")
-    return model, checkpoint["hyper_parameters"]["model"]["img_size"]
-
-
 def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: ImageClassifier) -> Path:
     """The checkpoint `resume=` names (`true`: the newest version of this run with a last.ckpt),
     refused when it was made for another model than the config builds."""
     if cfg.resume is True:
-        candidates = sorted(Path(log_root, run_name).glob("version_*/checkpoints/last.ckpt"),
-                            key=lambda p: int(p.parent.parent.name.removeprefix("version_")))
+        candidates = sorted(
+            Path(log_root, run_name).glob("version_*/checkpoints/last.ckpt"),
+            key=lambda p: int(p.parent.parent.name.removeprefix("version_")),
+        )
         if not candidates:
-            raise ConfigError(f"resume=true but no last.ckpt under {Path(log_root, run_name)}/version_*/"
-                              f"checkpoints; pass resume=<path to a .ckpt> or drop resume to start a fresh run")
+            raise ConfigError(
+                f"resume=true but no last.ckpt under {Path(log_root, run_name)}/version_*/"
+                f"checkpoints; pass resume=<path to a .ckpt> or drop resume to start a fresh run"
+            )
         path = candidates[-1]
     else:
         path = Path(str(cfg.resume))
@@ -147,8 +140,10 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
     changed = {k: (saved.get(k), v) for k, v in as_built(module.hparams["model"]).items() if saved.get(k) != v}
     if changed:
         diff = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in changed.items())
-        raise ConfigError(f"cannot resume {path}: the config builds another model ({diff}); resume with the "
-                          f"run's original settings, or start a fresh run without resume")
+        raise ConfigError(
+            f"cannot resume {path}: the config builds another model ({diff}); resume with the "
+            f"run's original settings, or start a fresh run without resume"
+        )
     if run_dir(path) is None or not run_dir(path).name.startswith("version_"):
         raise ConfigError(f"cannot resume {path}: expected a checkpoint under <run>/version_N/checkpoints/")
     return path
@@ -157,9 +152,12 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
 def check_run_settings(cfg: DictConfig) -> None:
     """The top-level settings of train.yaml that no constructor checks."""
     check_setting("seed", cfg.seed, is_integer(cfg.seed), "be an integer, e.g. seed=0")
-    check_setting("checkpoint_every_n_steps", cfg.checkpoint_every_n_steps,
-                  is_integer(cfg.checkpoint_every_n_steps) and cfg.checkpoint_every_n_steps > 0,
-                  "be a positive number of optimizer steps between last.ckpt saves, e.g. checkpoint_every_n_steps=500")
+    check_setting(
+        "checkpoint_every_n_steps",
+        cfg.checkpoint_every_n_steps,
+        is_integer(cfg.checkpoint_every_n_steps) and cfg.checkpoint_every_n_steps > 0,
+        "be a positive number of optimizer steps between last.ckpt saves, e.g. checkpoint_every_n_steps=500",
+    )
 
 
 def check_writable(folder: Path) -> None:
@@ -169,8 +167,10 @@ def check_writable(folder: Path) -> None:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as error:
-        raise ConfigError(f"cannot write to paths.log_dir ({folder}: {error.strerror}); pass a writable folder, "
-                          f"e.g. paths.log_dir=logs") from None
+        raise ConfigError(
+            f"cannot write to paths.log_dir ({folder}: {error.strerror}); pass a writable folder, "
+            f"e.g. paths.log_dir=logs"
+        ) from None
 
 
 def remove_run_folder(version_dir: Path) -> None:
@@ -180,8 +180,90 @@ def remove_run_folder(version_dir: Path) -> None:
         version_dir.parent.rmdir()
 
 
-def to_container(value):
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+def build_module(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[ImageClassifier, list[int] | None]:
+    """The LightningModule of the run: a new model from the config, or the `finetune_from` model
+    converted to `img_size` (and the size it was trained at)."""
+    options = dict(
+        data=to_container(cfg.data),
+        compile=cfg.model.get("compile", False),
+        optimizer=instantiate(cfg.optim, _convert_="all"),
+        scheduler=instantiate(cfg.scheduler, _convert_="all"),
+        check_finite_every=cfg.check_finite_every,
+        **cfg.loss,
+    )
+    if not cfg.finetune_from:
+        return ImageClassifier(model=model_config(cfg, datamodule), **options), None
+    source, trained_size = finetune_source(cfg, datamodule)
+    module = ImageClassifier(model=source.config, **options)
+    module.model.load_state_dict(source.state_dict())
+    if rank_zero_only.rank == 0:  # before the Trainer exists: Lightning's rank from the launcher's environment
+        old_grid = "x".join(str(s // source.patch_size) for s in image_size(trained_size))
+        mode = source.config["pos_kwargs"].get("resize_mode") or "the scheme's resize rule"
+        print(
+            f"vitpos: fine-tuning {checkpoint_file(cfg.finetune_from)} ({cfg.pos.name}): grid {old_grid} -> "
+            f"{'x'.join(map(str, source.grid))} ({mode})",
+            flush=True,
+        )
+    return module, trained_size
+
+
+def run_name_of(cfg: DictConfig, datamodule: ImageDataModule, module: ImageClassifier, trained_size) -> str:
+    """`<scheme>_<data>_<size>[_from_<size>][_train<sizes>]_seed<seed>`, or `run_name`. Runs of one
+    study share <log_dir>/<experiment>/; names start with the scheme and stay distinct by seed."""
+    if cfg.run_name is not None:
+        return str(cfg.run_name)  # run_name=nan: a name
+    name = f"{scheme_label(cfg.pos).replace('+', '_')}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
+    name += f"_from_{size_tag(trained_size)}" if trained_size else ""
+    if is_mixed(datamodule):
+        for size in datamodule.train_img_sizes:
+            module.model.grid_for(size)  # every training size must divide into patches
+        name += f"_train{sizes_tag(datamodule.train_img_sizes)}"
+    return f"{name}_seed{cfg.seed}"
+
+
+def is_mixed(datamodule: ImageDataModule) -> bool:
+    return len(datamodule.train_img_sizes) > 1 or datamodule.train_img_sizes[0] != datamodule.img_size
+
+
+def trainer_config(cfg: DictConfig) -> dict:
+    """The Trainer's arguments with `precision=auto` resolved for the device."""
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_cfg["precision"] = resolve_precision(
+        trainer_cfg.get("precision", "auto"), trainer_cfg.get("accelerator", "auto")
+    )
+    if trainer_cfg.get("use_distributed_sampler"):
+        raise ConfigError(
+            "trainer.use_distributed_sampler must stay false: vitpos shards the data itself "
+            "(vitpos.data.ShardedSampler), which keeps resumption exact and counts no sample twice"
+        )
+    return trainer_cfg
+
+
+def start_run(
+    cfg: DictConfig, trainer: L.Trainer, module: ImageClassifier, datamodule: ImageDataModule, trained_size
+) -> None:
+    """Rank 0, before fit: the HParams row, config.yaml, and the start line."""
+    logger = trainer.logger
+    log_hparams(logger, hparams_row(cfg, module, datamodule, trained_size))
+    OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
+    grid = "x".join(map(str, module.model.grid))
+    size_note = " | training sizes " + sizes_tag(datamodule.train_img_sizes) if is_mixed(datamodule) else ""
+    source_note = " from " + datamodule.source if datamodule.source else ""
+    params = sum(p.numel() for p in module.model.parameters())
+    print(
+        f"vitpos: run {logger.log_dir} | pos={scheme_label(cfg.pos)} | {grid} grid "
+        f"({size_tag(module.model.config['img_size'])}, patch {module.model.patch_size}){size_note} | "
+        f"data={datamodule.name}{source_note} ({len(datamodule.train_set)} train, {len(datamodule.val_set)} val) "
+        f"| {params / 1e6:.2f}M params | precision {trainer.precision} on "
+        f"{device_description(trainer.strategy.root_device)}",
+        flush=True,
+    )
+    if trainer.strategy.root_device.type == "cpu" and not bf16_supported("cpu"):
+        print(
+            "vitpos: this CPU has no native bf16 (an AVX2-class CPU), so the run trains in fp32 and takes "
+            "several times longer than README's times (measured on AVX512-BF16 CPUs)",
+            flush=True,
+        )
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -189,100 +271,93 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     With `cfg.finetune_from`, the checkpoint's model (architecture and weights) is converted to
     `cfg.img_size` with the scheme's resize rule (`cfg.resize_mode`) and trained from there.
+    Logger, callbacks, optimizer and schedule are built from their config groups.
     """
     check_run_settings(cfg)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
-    trained_size = None
     datamodule: ImageDataModule = instantiate(cfg.data)
-    data_cfg = to_container(cfg.data)
-    run_name = f"{scheme_label(cfg.pos).replace('+', '_')}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
-    if cfg.finetune_from:
-        source, trained_size = finetune_source(cfg, datamodule)
-        module = ImageClassifier(model=source.config, data=data_cfg, compile=cfg.model.get("compile", False),
-                                 **cfg.optim)
-        module.model.load_state_dict(source.state_dict())
-        if rank_zero_only.rank == 0:  # before the Trainer exists: Lightning's rank from the launcher's environment
-            old_grid = "x".join(str(s // source.patch_size) for s in image_size(trained_size))
-            mode = source.config["pos_kwargs"].get("resize_mode") or "the scheme's resize rule"
-            print(f"vitpos: fine-tuning {checkpoint_file(cfg.finetune_from)} ({cfg.pos.name}): grid {old_grid} -> "
-                  f"{'x'.join(map(str, source.grid))} ({mode})", flush=True)
-        run_name = f"{run_name}_from_{size_tag(trained_size)}"
-    else:
-        module = ImageClassifier(model=model_config(cfg, datamodule), data=data_cfg,
-                                 compile=cfg.model.get("compile", False), **cfg.optim)
-
-    mixed = len(datamodule.train_img_sizes) > 1 or datamodule.train_img_sizes[0] != datamodule.img_size
-    if mixed:
-        for size in datamodule.train_img_sizes:
-            module.model.grid_for(size)  # every training size must divide into patches
-        run_name = f"{run_name}_train{sizes_tag(datamodule.train_img_sizes)}"
-    # Runs of one study share <log_dir>/<experiment>/; names start with the scheme and stay distinct by seed.
-    run_name = str(cfg.run_name) if cfg.run_name is not None else f"{run_name}_seed{cfg.seed}"  # run_name=nan: a name
-    log_root = Path(cfg.paths.log_dir, cfg.experiment) if cfg.get("experiment") else Path(cfg.paths.log_dir)
-    resume_from = resume_checkpoint(cfg, log_root, run_name, module) if cfg.resume else None
-    version = int(resume_from.parent.parent.name.removeprefix("version_")) if resume_from else None
-    logger = TensorBoardLogger(save_dir=log_root, name=run_name, version=version, default_hp_metric=False)
-    checkpoint_dir = Path(logger.log_dir) / "checkpoints"
-    best = ModelCheckpoint(dirpath=checkpoint_dir, filename="best-epoch{epoch}-step{step}", monitor="val/acc",
-                           mode="max", auto_insert_metric_name=False)
-    callbacks = [best, LastCheckpoint(checkpoint_dir / "last.ckpt", cfg.checkpoint_every_n_steps),
-                 RNGStateInCheckpoint(), ThroughputMonitor(batch_size_fn=batch_size, window_size=10),
-                 *([PositionalFigures()] if cfg.get("figures_at_end", True) else []),
-                 *([EveryEpochTest()] if cfg.get("test_every_epoch") else []),
-                 *([ProgressBar() if sys.stdout.isatty() else ProgressLog()]
-                   if cfg.trainer.get("enable_progress_bar", True) else []),
-                 *(instantiate(c) for c in (cfg.get("callbacks") or {}).values())]
-    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    trainer_cfg["precision"] = resolve_precision(trainer_cfg.get("precision", "auto"),
-                                                 trainer_cfg.get("accelerator", "auto"))
-    if trainer_cfg.get("use_distributed_sampler"):
-        raise ConfigError("trainer.use_distributed_sampler must stay false: vitpos shards the data itself "
-                          "(vitpos.data.ShardedSampler), which keeps resumption exact and counts no sample twice")
-    trainer: L.Trainer = instantiate(trainer_cfg, logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
-    if trainer.local_rank == 0:
-        datamodule.prepare_data()  # fail on missing data before a run folder is created
-    datamodule.setup("fit")  # ... and on a split that cannot fill one batch
-    params = sum(p.numel() for p in module.model.parameters())
-    if trainer.is_global_zero:
-        check_writable(log_root)
-        log_hparams(logger, hparams_row(cfg, module, datamodule, trained_size))
-        OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
-        grid = "x".join(map(str, module.model.grid))
-        size_note = " | training sizes " + sizes_tag(datamodule.train_img_sizes) if mixed else ""
-        source_note = " from " + datamodule.source if datamodule.source else ""
-        print(f"vitpos: run {logger.log_dir} | pos={scheme_label(cfg.pos)} | {grid} grid "
-              f"({size_tag(module.model.config['img_size'])}, patch {module.model.patch_size}){size_note} | "
-              f"data={datamodule.name}{source_note} ({len(datamodule.train_set)} train, "
-              f"{len(datamodule.val_set)} val) | {params / 1e6:.2f}M "
-              f"params | precision {trainer_cfg['precision']} on {device_description(trainer.strategy.root_device)}",
-              flush=True)
-        if trainer.strategy.root_device.type == "cpu" and not bf16_supported("cpu"):
-            print("vitpos: this CPU has no native bf16 (an AVX2-class CPU), so the run trains in fp32 and takes "
-                  "several times longer than README's times (measured on AVX512-BF16 CPUs)", flush=True)
-
-    started = time.perf_counter()
+    module, trained_size = build_module(cfg, datamodule)
+    run_name = run_name_of(cfg, datamodule, module, trained_size)
+    run_root = Path(cfg.paths.log_dir, *([cfg.experiment] if cfg.get("experiment") else []), run_name)
+    resume_from = resume_checkpoint(cfg, run_root.parent, run_name, module) if cfg.resume else None
+    first_rank = rank_zero_only.rank == 0  # the Trainer does not exist yet: the launcher's environment
+    if first_rank:
+        check_writable(run_root.parent)
+    claimed = claim_version(run_root) if first_rank and resume_from is None else None  # a duplicate: the next N
+    version = (
+        version_of(run_dir(resume_from))
+        if resume_from
+        else version_of(claimed)
+        if claimed
+        else claimed_version(run_root)
+    )
+    trainer = None
     try:
+        logger = instantiate(cfg.logger, save_dir=str(run_root.parent), name=run_name, version=version)
+        callbacks = [c for c in (instantiate(c) for c in cfg.callbacks.values() if c is not None) if c is not None]
+        trainer = instantiate(trainer_config(cfg), logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
+        if trainer.local_rank == 0:
+            datamodule.prepare_data()  # missing data, a split that cannot fill a batch: before any training
+        datamodule.setup("fit")
+        if trainer.is_global_zero:
+            start_run(cfg, trainer, module, datamodule, trained_size)
+        started = time.perf_counter()
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
-    except BaseException:
-        if trainer.is_global_zero and resume_from is None and trainer.global_step == 0:
-            remove_run_folder(Path(logger.log_dir))  # a run that never trained leaves nothing behind
-        raise
-    fit_seconds = round(time.perf_counter() - started, 1)
+    except BaseException as error:
+        if claimed and (trainer is None or trainer.global_step == 0):
+            remove_run_folder(claimed)  # a run that never trained leaves nothing behind
+        reason = stop_reason(error, trainer)
+        if reason is None:
+            raise
+        raise reason from None
+    return finish_run(cfg, trainer, module, datamodule, round(time.perf_counter() - started, 1))
+
+
+def stop_reason(error: BaseException, trainer: L.Trainer | None) -> Exception | None:
+    """What a run that stopped with `error` tells the user, where it is not the error itself: a
+    pre-emption (SIGTERM: last.ckpt saved), or a collective that failed because another rank is gone
+    (torch's DistError, or gloo's closed or reset connection)."""
+    import torch.distributed
+
+    if isinstance(error, SIGTERMException):
+        step = trainer.global_step if trainer is not None else 0
+        return Preempted(f"SIGTERM at step {step}: last.ckpt saved; continue with resume=true")
+    text = str(error)
+    lost = isinstance(error, torch.distributed.DistError) or (
+        isinstance(error, RuntimeError) and "gloo" in text and "by peer" in text
+    )
+    if lost and trainer is not None and trainer.world_size > 1:
+        cause = re.sub(r"\[[^\]]*\.(cc|cpp):\d+\] ", "", text).split(". ")[0]  # without torch's source line
+        return RankLostError(
+            f"another process of this {trainer.world_size}-process run stopped ({cause}); the "
+            f"checkpoints it left are intact: see that process' output, then continue with "
+            f"resume=true"
+        )
+    return None
+
+
+def finish_run(
+    cfg: DictConfig, trainer: L.Trainer, module: ImageClassifier, datamodule: ImageDataModule, fit_seconds: float
+) -> dict:
+    """Test the best checkpoint, write results.json (the mark of a finished run: compare and the
+    study scripts read it) and print the summary; return the metrics."""
+    best = trainer.checkpoint_callback
+    best_path = getattr(best, "best_model_path", "") or None
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if cfg.test_after_fit:
-        results = trainer.test(module, datamodule=datamodule, ckpt_path=best.best_model_path or None, verbose=False,
-                               weights_only=False)
+        results = trainer.test(module, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=False)
         metrics.update({k: float(v) for k, v in results[0].items()})
-    metrics["checkpoint"] = best.best_model_path or str(checkpoint_dir / "last.ckpt")
-    metrics["log_dir"] = logger.log_dir
-    metrics["params"] = params
+    log_dir = Path(trainer.logger.log_dir)
+    metrics["checkpoint"] = best_path or str(log_dir / "checkpoints" / "last.ckpt")
+    metrics["log_dir"] = str(log_dir)
+    metrics["params"] = sum(p.numel() for p in module.model.parameters())
     metrics["data_source"] = datamodule.source or datamodule.name
     metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
     # the run's one throughput figure (summary, results.json, compare): training images over the fit's
     # wall-clock time, validation included, of this process's part of the run
     metrics["images_per_s"] = round(module.images_trained * trainer.world_size / max(fit_seconds, 1e-9), 1)
-    if trainer.is_global_zero:  # the mark of a finished run: compare and the study scripts read it
-        (Path(logger.log_dir) / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
+    if trainer.is_global_zero:
+        (log_dir / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
         print(summary(cfg, metrics), flush=True)
     return metrics
 
@@ -291,13 +366,26 @@ def finetune_command(cfg: DictConfig, run: Path, bigger: str) -> str:
     """The closing summary's fine-tune line, safe to paste: the experiment's fine-tune recipe where it
     names one, else a short fine-tune at twice the size (one pass over at most 10k images, a fifth of
     the run's lr); into the run's own log root, from the same copy of the data."""
-    source = [f"finetune_from={run}", f"paths.log_dir={cfg.paths.log_dir}",
-              *([f"data.root={cfg.data.root}"] if cfg.data.get("root") else [])]
+    source = [
+        f"finetune_from={run}",
+        f"paths.log_dir={cfg.paths.log_dir}",
+        *([f"data.root={cfg.data.root}"] if cfg.data.get("root") else []),
+    ]
     if cfg.get("finetune_recipe"):
         return " ".join(["python train.py", f"experiment={cfg.finetune_recipe}", f"pos={cfg.pos.name}", *source])
     subset = ["data.train_subset=10000"] if "train_subset" in cfg.data else []
-    return " ".join(["python train.py", f"pos={cfg.pos.name}", f"img_size={bigger}", *source, "trainer.max_epochs=1",
-                     *subset, f"optim.lr={cfg.optim.lr / 5:g}", "optim.warmup_steps=10"])
+    return " ".join(
+        [
+            "python train.py",
+            f"pos={cfg.pos.name}",
+            f"img_size={bigger}",
+            *source,
+            "trainer.max_epochs=1",
+            *subset,
+            f"optim.lr={cfg.optim.lr / 5:g}",
+            "scheduler.warmup_steps=10",
+        ]
+    )
 
 
 def summary(cfg: DictConfig, metrics: dict) -> str:

@@ -1,5 +1,6 @@
 """Test-only Lightning callback: the process sends itself a signal after a given optimizer step,
 like a pre-emption (SIGTERM) or a crash (SIGKILL) at a known point."""
+
 import os
 import signal
 
@@ -37,3 +38,38 @@ class RecordBatches(L.Callback):
         with open(self.path, "a") as f:
             size = "x".join(map(str, images.shape[-2:]))
             f.write(f"{trainer.global_step} {images.double().sum().item():.6f} {labels.tolist()} {size}\n")
+
+
+class DiskFullAtStep(L.Callback):
+    """From optimizer step `step` on, every checkpoint write on this process fills the disk: half a
+    file is written, then `OSError(ENOSPC)`, as a full disk does mid-save."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def setup(self, trainer, pl_module, stage):
+        import errno
+
+        from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+        original, callback = TorchCheckpointIO.save_checkpoint, self
+
+        def save_until_full(io, checkpoint, path, storage_options=None):
+            if trainer.global_step < callback.step:
+                return original(io, checkpoint, path, storage_options)
+            with open(path, "wb") as f:
+                f.write(b"\0" * 1024)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+        TorchCheckpointIO.save_checkpoint = save_until_full
+
+
+class DieAtStep(L.Callback):
+    """Rank `rank` exits at once (no cleanup, as a killed or crashed process) after step `step`."""
+
+    def __init__(self, step: int, rank: int = 1):
+        self.step, self.rank = step, rank
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            os._exit(1)

@@ -1,24 +1,15 @@
 """Absolute positional embeddings, added to the patch tokens once (the `add` hook).
 
-- `1d_learned`: one learned vector per token, as in ViT (Dosovitskiy et al. 2021, "An Image is
-  Worth 16x16 Words").
-- `2d_learned`: learned row and column tables, concatenated (half the channels each).
-- `1d_sin`: the fixed sinusoids of "Attention Is All You Need" (Vaswani et al. 2017) over the
-  row-major token index.
-- `2d_sin`: fixed sin-cos of row and column, half the channels each (MoCo v3, Chen et al. 2021;
-  "Better plain ViT baselines", Beyer et al. 2022). Built by timm's `build_sincos2d_pos_embed`.
+- `1d_learned`: a learned vector per token (ViT, Dosovitskiy et al. 2021).
+- `2d_learned`: learned row and column tables, half the channels each.
+- `1d_sin`: fixed sinusoids over the row-major token index (Vaswani et al. 2017).
+- `2d_sin`: fixed sin-cos of row and column (MoCo v3, Chen et al. 2021; Beyer et al. 2022), timm's
+  `build_sincos2d_pos_embed`.
 
-Resize rules (one per scheme, used both for inputs on another grid and to convert a checkpoint):
-learned tables are resampled (timm's `resample_abs_pos_embed` for the 1D table seen as an H x W
-image, 1D interpolation per axis for row/col tables); fixed tables are recomputed, either at
-positions 0..H'-1 (`extrapolate`) or at positions rescaled into the reference (training) grid
-(`interpolate`, as in position interpolation); `2d_sin` also offers NTK-aware scaling and YaRN of
-each axis' frequencies (`ntk`, `yarn`, see `scaling.py`). All tables are made in fp32.
-
-Fuzzy training (`fuzzy`, ViTAR): `1d_learned` samples its table bilinearly (`grid_sample`),
-`2d_learned` reads its row and column tables linearly between entries, and `2d_sin` evaluates its
-sinusoids at every token's jittered (row, col).
+Other grids: learned tables are resampled, fixed ones recomputed in fp32 (`resize_mode`; the rules
+and fuzzy positions are in docs/DESIGN.md, section 2).
 """
+
 from __future__ import annotations
 
 import torch
@@ -59,8 +50,9 @@ class Learned1d(AdditiveEncoding):
 
     def resampled(self, grid: Grid, mode: str) -> Tensor:
         """The table resampled to `grid`, (1, H'*W', D); the old grid is explicit, never sqrt(N)."""
-        return resample_abs_pos_embed(self.embedding, new_size=list(grid), old_size=list(self.grid),
-                                      num_prefix_tokens=0, interpolation=mode)
+        return resample_abs_pos_embed(
+            self.embedding, new_size=list(grid), old_size=list(self.grid), num_prefix_tokens=0, interpolation=mode
+        )
 
     def sampled(self, grid: Grid) -> Tensor:
         """The table (resampled to `grid`) read bilinearly at every image's jittered token
@@ -72,8 +64,13 @@ class Learned1d(AdditiveEncoding):
         rows, cols = self.jittered(*token_positions(grid, device=table.device))  # (B, N) each
         # grid_sample's (x, y) in [-1, 1], corners at the outer patch centres (align_corners=True)
         where = torch.stack([2 * cols / max(width - 1, 1) - 1, 2 * rows / max(height - 1, 1) - 1], dim=-1)
-        sampled = F.grid_sample(table.expand(len(where), -1, -1, -1), where[:, None].to(table.dtype),
-                                mode="bilinear", padding_mode="border", align_corners=True)  # (B, D, 1, N)
+        sampled = F.grid_sample(
+            table.expand(len(where), -1, -1, -1),
+            where[:, None].to(table.dtype),
+            mode="bilinear",
+            padding_mode="border",
+            align_corners=True,
+        )  # (B, D, 1, N)
         return sampled[:, :, 0].transpose(1, 2)  # (B, N, D)
 
     def table(self, grid: Grid) -> Tensor:
@@ -129,8 +126,13 @@ class Learned2d(AdditiveEncoding):
         height, width = grid
         if self.jitter is not None and self.training:  # fuzzy: each image's tokens read between entries
             rows, cols = self.jittered(*token_positions(grid, device=self.rows.device))  # (B, N) each
-            return torch.cat([self.read_between(self.resampled(self.rows, height, self.resize_mode), rows),
-                              self.read_between(self.resampled(self.cols, width, self.resize_mode), cols)], dim=-1)
+            return torch.cat(
+                [
+                    self.read_between(self.resampled(self.rows, height, self.resize_mode), rows),
+                    self.read_between(self.resampled(self.cols, width, self.resize_mode), cols),
+                ],
+                dim=-1,
+            )
         rows = self.resampled(self.rows, height, self.resize_mode)[:, None, :].expand(height, width, -1)
         cols = self.resampled(self.cols, width, self.resize_mode)[None, :, :].expand(height, width, -1)
         return torch.cat([rows, cols], dim=-1).reshape(height * width, self.dim)  # (H, W, D) -> (H*W, D)
@@ -144,12 +146,11 @@ def sincos_1d(positions: Tensor, dim: int, temperature: float = 10000.0) -> Tens
     """Vaswani et al.: PE[n, 2i] = sin(n / T^(2i/D)), PE[n, 2i+1] = cos(n / T^(2i/D)). (N,) -> (N, D)."""
     inv_freq = temperature ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)  # (D/2,)
     angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # (N, D/2)
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(len(positions), dim)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(len(positions), dim)  # (N, D/2, 2) -> (N, D)
 
 
 class FixedSincos(AdditiveEncoding):
-    """A fixed sin-cos table, cached as a non-persistent buffer for the built grid and recomputed
-    for any other grid.
+    """A fixed sin-cos table (H*W, D): the buffer `cached` for the built grid, computed for others.
 
     Args:
         temperature: the frequency base (10000 in Vaswani et al.).
@@ -165,27 +166,34 @@ class FixedSincos(AdditiveEncoding):
     divisor = 2
     why = "sin and cos pairs"
 
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, temperature: float = 10000.0,
-                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        depth: int,
+        grid: Grid,
+        temperature: float = 10000.0,
+        resize_mode: str = "extrapolate",
+        ref_grid: Grid | None = None,
+    ):
         super().__init__(dim, num_heads, depth, grid, resize_mode, ref_grid)
         check_divisible(self.scheme_name, dim, self.divisor, self.why)
         self.temperature = temperature
-        self.register_buffer("cached", self._compute(self.grid), persistent=False)
+        self.build_buffers()
 
     def positions(self, grid: Grid) -> tuple[Tensor, Tensor]:
         """Row and column coordinates (H,), (W,) of `grid` under the resize mode, in fp32."""
         return axis_positions(grid, self.ref_grid, self.resize_mode)
 
     def _compute(self, grid: Grid) -> Tensor:
+        """The table of `grid`, (H*W, D) fp32 on the CPU."""
         raise NotImplementedError
 
-    def table(self, grid: Grid) -> Tensor:
-        if tuple(grid) == self.grid:
-            return self.cached
-        return self._compute(grid).to(self.cached)  # the buffer's device and dtype
+    def buffers_for(self, grid: Grid, device=None) -> dict[str, Tensor]:
+        return {"cached": self._compute(grid)}  # on the CPU whatever `device`: the same table on every device
 
-    def rebuild_buffers(self) -> None:
-        self.cached = self._compute(self.grid).to(self.cached)
+    def table(self, grid: Grid) -> Tensor:
+        return self.grid_buffers(grid)["cached"]
 
     def init_kwargs(self) -> dict:
         return {**super().init_kwargs(), "temperature": self.temperature}
@@ -232,7 +240,8 @@ class Sincos2d(FixedSincos):
         cos(row w), cos(col w)], the frequencies w of each axis under the resize mode."""
         num_bands = self.dim // 4
         bands = self.temperature ** (-torch.arange(num_bands, dtype=torch.float32, device=rows.device) / num_bands)
-        row_bands, col_bands = axis_frequencies(bands, self.resize_mode, grid, self.ref_grid,
-                                                band_range(self.temperature, num_bands))
+        row_bands, col_bands = axis_frequencies(
+            bands, self.resize_mode, grid, self.ref_grid, band_range(self.temperature, num_bands)
+        )
         row_angles, col_angles = rows[..., None] * row_bands, cols[..., None] * col_bands  # (..., N, D/4) each
         return torch.cat([row_angles.sin(), col_angles.sin(), row_angles.cos(), col_angles.cos()], dim=-1)

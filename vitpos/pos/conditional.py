@@ -5,6 +5,7 @@ Encodings for Vision Transformers"): a depthwise 3x3 convolution over the tokens
 H x W map, added residually after the first block. Zero padding at the borders gives it absolute
 cues; it works on any grid with no resizing.
 """
+
 from __future__ import annotations
 
 from torch import Tensor, nn
@@ -23,8 +24,15 @@ class ConditionalPositionalEncoding(PositionalEncoding):
         kernel_size: odd depthwise kernel size.
     """
 
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid,
-                 after_layers: tuple[int, ...] | list[int] = (0,), kernel_size: int = 3):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        depth: int,
+        grid: Grid,
+        after_layers: tuple[int, ...] | list[int] = (0,),
+        kernel_size: int = 3,
+    ):
         super().__init__(dim, num_heads, depth, grid)
         bad = [i for i in after_layers if not 0 <= i < depth]
         if bad or kernel_size % 2 == 0:
@@ -33,9 +41,9 @@ class ConditionalPositionalEncoding(PositionalEncoding):
                 f"got after_layers={list(after_layers)}, kernel_size={kernel_size}"
             )
         self.after_layers, self.kernel_size = [int(i) for i in after_layers], int(kernel_size)
-        self.pegs = nn.ModuleDict({
-            str(i): nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim) for i in after_layers
-        })
+        self.pegs = nn.ModuleDict(
+            {str(i): nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim) for i in after_layers}
+        )
 
     def after_block(self, layer: int, x: Tensor, grid: Grid) -> Tensor:
         if str(layer) not in self.pegs:

@@ -1,7 +1,10 @@
 """Name -> class registry for positional schemes (the names `pos=` accepts)."""
+
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from ..errors import ConfigError
@@ -25,6 +28,16 @@ def register(name: str) -> Callable[[T], T]:
     return wrap
 
 
+def import_families(path: Iterable[str], package: str) -> list[str]:
+    """Import every module of `package` found on `path` (a package's `__path__`), so that each
+    family file's `@register` runs: a new scheme needs its class in a file there and its YAML, no
+    list of imports. Returns the names imported, in file-name order."""
+    names = [module.name for module in pkgutil.iter_modules(list(path), prefix=f"{package}.")]
+    for name in names:
+        importlib.import_module(name)
+    return names
+
+
 def list_pos() -> list[str]:
     """Names of every registered positional scheme."""
     return sorted(_SCHEMES)
@@ -34,9 +47,7 @@ def get_pos_class(name: str) -> type[PositionalEncoding]:
     try:
         return _SCHEMES[name]
     except KeyError:
-        raise ConfigError(
-            f"unknown positional scheme {name!r}; valid names: {', '.join(list_pos())}"
-        ) from None
+        raise ConfigError(f"unknown positional scheme {name!r}; valid names: {', '.join(list_pos())}") from None
 
 
 def fuzzy_schemes() -> list[str]:
@@ -51,8 +62,10 @@ def create_pos(name: str, fuzzy: bool = False, **kwargs) -> PositionalEncoding:
     if not isinstance(fuzzy, bool):
         raise ConfigError(f"pos.fuzzy={fuzzy!r} must be true or false")
     if fuzzy and not cls.supports_fuzzy:
-        raise ConfigError(f"pos={name} has no continuous coordinates to jitter, so it cannot train with "
-                          f"pos.fuzzy=true; schemes that can: {', '.join(fuzzy_schemes())}")
+        raise ConfigError(
+            f"pos={name} has no continuous coordinates to jitter, so it cannot train with "
+            f"pos.fuzzy=true; schemes that can: {', '.join(fuzzy_schemes())}"
+        )
     scheme = cls(**kwargs)
     scheme.fuzzy = fuzzy
     return scheme

@@ -1,33 +1,18 @@
 """Rotary position embeddings: queries and keys rotated by their patch's position (the `rotate` hook).
 
-Both schemes are from Heo et al. 2024, "Rotary Position Embedding for Vision Transformer"
-(RoPE-ViT, ECCV 2024; code: naver-ai/rope-vit). Each pair of channels of a head's query and key is
-rotated by an angle linear in the patch position, so the attention score q_i . k_j depends on the
-positions only through their 2D offset p_i - p_j.
+Both schemes are from Heo et al. 2024, "Rotary Position Embedding for Vision Transformer" (RoPE-ViT):
+each channel pair of a head's query and key rotates by an angle linear in the patch position, so
+q_i . k_j depends on the positions only through the offset p_i - p_j.
 
-- `rope_axial`: fixed frequencies (timm's `freq_bands`); half the channel pairs rotate with the
-  row, half with the column (RoPE-Axial).
-- `rope_mixed`: learned 2D frequencies per head and per layer, angle = col * f_x + row * f_y, so a
-  pair can rotate along any direction of the image (RoPE-Mixed). Initialised with timm's
-  `init_random_2d_freqs` (the paper's init: axial magnitudes, a random direction per head).
+- `rope_axial`: fixed frequencies (timm's `freq_bands`); half the pairs rotate with the row, half
+  with the column (RoPE-Axial).
+- `rope_mixed`: learned 2D frequencies per head and layer, angle = col * f_x + row * f_y (RoPE-Mixed).
 
-A scheme provides the angles (`angles(layer, grid)`: one per channel pair, fp32); `HalfLayoutRotation`
-applies them. The angles and their sin/cos are computed in fp32, and sin/cos are cast once to the
-compute dtype (bf16 under autocast) for the rotation itself: the precision that matters is the
-angle's, since under bf16 a position times a frequency (up to ~15 rad on a 16 x 16 grid) keeps only
-~2 significant digits, while a rounded sin/cos is off by at most 2^-9, the order of q's own rounding.
-
-Channel layout: timm's "half" layout (pair p = channels p and p + head_dim/2, as
-`apply_rot_embed_cat(half=True)`), a permutation of the interleaved one (pair p = channels 2p, 2p+1),
-hence the same model up to a relabelling of q/k channels, and cheaper to rotate.
-
-Resize rule: nothing to resample; the angles are recomputed for the new grid (from the fixed or the
-learned frequencies), with positions either 0..H'-1 (`extrapolate`, as if the image were larger;
-what RoPE-ViT evaluates at higher resolutions) or rescaled into the reference (training) grid
-(`interpolate`, position interpolation), exactly as the fixed sin-cos tables of `absolute.py`; or
-positions 0..H'-1 with each axis' frequencies rescaled by NTK-aware scaling (`ntk`) or YaRN (`yarn`),
-see `scaling.py`. Fuzzy training (`fuzzy`) jitters every token's position before the rotation.
+A scheme provides fp32 angles (`angles(layer, grid)`, one per channel pair); `HalfLayoutRotation`
+applies them in timm's half layout (pair p = channels p and p + head_dim/2). Other grids: the angles
+are recomputed (`resize_mode`). Precision, layout and resize rules: docs/DESIGN.md.
 """
+
 from __future__ import annotations
 
 import torch
@@ -54,12 +39,9 @@ def rotate_halves(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 class HalfLayoutRotation(torch.autograd.Function):
     """Rotate x (..., N, D) by `angles` (fp32, broadcastable to (..., N, D/2)) in timm's half layout
-    (its `apply_rot_embed(half=True)`: x * cos + rope_rotate_half(x) * sin), with the backward written
-    out: the inverse rotation for x and, only for learned angles (rope_mixed),
-    d(loss)/d(angle) = g2 * y1 - g1 * y2 summed over the broadcast dims. Hand-written because no
-    library ships a fused CPU RoPE and autograd through timm's form costs a chain of
-    chunk/neg/cat/mul passes and a gradient accumulation; parity with timm's formula and gradcheck
-    are tested, the speed-up is in docs/PERFORMANCE.md."""
+    (`apply_rot_embed(half=True)`: x * cos + rope_rotate_half(x) * sin), backward written out: the
+    inverse rotation for x and, for learned angles, d(loss)/d(angle) = g2 * y1 - g1 * y2 summed over
+    the broadcast dims. Why by hand: docs/DESIGN.md; the speed-up: docs/PERFORMANCE.md."""
 
     @staticmethod
     def forward(ctx, x: Tensor, angles: Tensor) -> Tensor:
@@ -102,8 +84,16 @@ class RotaryEncoding(PositionalEncoding):
     measures_in_ref_grid = True
     supports_fuzzy = True
 
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float,
-                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        depth: int,
+        grid: Grid,
+        theta: float,
+        resize_mode: str = "extrapolate",
+        ref_grid: Grid | None = None,
+    ):
         super().__init__(dim, num_heads, depth, grid, resize_mode, ref_grid)
         if dim % num_heads or (dim // num_heads) % 4:
             raise ConfigError(
@@ -140,23 +130,26 @@ class RotaryEncoding(PositionalEncoding):
 
 @register("rope_axial")
 class RopeAxial(RotaryEncoding):
-    """RoPE-Axial (Heo et al. 2024): of each head's head_dim / 2 channel pairs, the first half rotate
-    by row * f_k and the second half by col * f_k, with fixed frequencies f_k = theta^(-4k / head_dim),
-    k = 0..head_dim/4 - 1 (the same for every head and layer; no parameters).
-
-    `theta` = 100 by default, as in RoPE-ViT (their `rope_theta`); docs/DESIGN.md says why not 10000.
-    No parameters and no buffers: the angles are computed in fp32 for the input's grid and device,
-    so casting the model to bf16 leaves them fp32, and memoised per grid (`per_grid`): once for all
-    layers and steps.
+    """RoPE-Axial (Heo et al. 2024): of each head's head_dim/2 channel pairs, the first half rotate by
+    row * f_k, the second half by col * f_k, f_k = theta^(-4k / head_dim), k = 0..head_dim/4 - 1, the
+    same for every head and layer. No parameters and no buffers: fp32 angles memoised per grid.
 
     Args:
-        theta: frequency base.
-        resize_mode: `extrapolate`, `interpolate`, `ntk` or `yarn` (see the module docstring).
+        theta: frequency base (100, RoPE-ViT's `rope_theta`; why not 10000: docs/DESIGN.md).
+        resize_mode: `extrapolate`, `interpolate`, `ntk` or `yarn` (see `RotaryEncoding`).
         ref_grid: the grid positions are measured in; default: the built grid.
     """
 
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float = 100.0,
-                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        depth: int,
+        grid: Grid,
+        theta: float = 100.0,
+        resize_mode: str = "extrapolate",
+        ref_grid: Grid | None = None,
+    ):
         super().__init__(dim, num_heads, depth, grid, theta, resize_mode=resize_mode, ref_grid=ref_grid)
 
     def _compute(self, grid: Grid, device=None) -> Tensor:
@@ -165,6 +158,7 @@ class RopeAxial(RotaryEncoding):
         bands = freq_bands(self.head_dim // 4, temperature=self.theta, step=1, device=device)  # theta^(-4k/head_dim)
         row_bands, col_bands = axis_frequencies(bands, self.resize_mode, grid, self.ref_grid, self.lowest_frequency())
         rows, cols = self.positions(grid, device=device)
+        # (..., N, hd/4) row angles and column angles -> (..., N, hd/2)
         angles = torch.cat([rows[..., None] * row_bands, cols[..., None] * col_bands], dim=-1)
         return angles if angles.dim() == 2 else angles.unsqueeze(1)  # (B, N, hd/2) -> (B, 1, N, hd/2): all heads
 
@@ -176,25 +170,28 @@ class RopeAxial(RotaryEncoding):
 
 @register("rope_mixed")
 class RopeMixed(RotaryEncoding):
-    """RoPE-Mixed (Heo et al. 2024): learned frequencies per layer, head and channel pair,
-    `freqs` (2, depth, heads, head_dim/2) = (f_x, f_y); pair k of head h in layer l rotates by
-    col * f_x[l, h, k] + row * f_y[l, h, k]. Initialised as in the paper (timm's
-    `init_random_2d_freqs`): magnitudes theta^(-4k / head_dim), half the pairs along a random
-    direction per head and layer, half along the perpendicular one. Excluded from weight decay.
-
-    Angles depend on the parameters, so they are recomputed every training step (cheap: N x heads x
-    head_dim/2 per layer) and memoised per grid while the model evaluates. Other grids: the learned
-    frequencies applied to the new grid's positions; nothing is resampled.
+    """RoPE-Mixed (Heo et al. 2024): learned `freqs` (2, depth, heads, head_dim/2) = (f_x, f_y); pair k
+    of head h in layer l rotates by col * f_x[l, h, k] + row * f_y[l, h, k]. Initialised as in the
+    paper (timm's `init_random_2d_freqs`: magnitudes theta^(-4k / head_dim), a random direction per
+    head and layer). Angles are recomputed every training step, memoised per grid in evaluation.
 
     Args:
         theta: frequency base of the initialisation (10 in RoPE-ViT for the mixed variant).
-        resize_mode: `extrapolate`, `interpolate`, `ntk` or `yarn` (see the module docstring); the
+        resize_mode: `extrapolate`, `interpolate`, `ntk` or `yarn` (see `RotaryEncoding`); the
             frequency rules treat f_x as the column axis' and f_y as the row axis' frequency.
         ref_grid: the grid positions are measured in; default: the built grid.
     """
 
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, theta: float = 10.0,
-                 resize_mode: str = "extrapolate", ref_grid: Grid | None = None):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        depth: int,
+        grid: Grid,
+        theta: float = 10.0,
+        resize_mode: str = "extrapolate",
+        ref_grid: Grid | None = None,
+    ):
         super().__init__(dim, num_heads, depth, grid, theta, resize_mode=resize_mode, ref_grid=ref_grid)
         self.freqs = nn.Parameter(init_random_2d_freqs(self.head_dim, depth, num_heads, temperature=self.theta))
 

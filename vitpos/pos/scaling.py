@@ -6,6 +6,7 @@ Positions stay 0..H'-1 (as `extrapolate`); what changes is each frequency f of a
 that depends on f and on the axis' scale s = max(H' / H_train, 1) (1 on a grid no larger than the
 training grid, where both rules are the identity).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,9 @@ def ntk_factor(freqs: Tensor, scale: float, lowest: float, highest: float = 1.0)
     return scale ** -exponent.clamp(0.0, 1.0)
 
 
-def yarn_factor(freqs: Tensor, scale: float, ref_len: int, alpha: float = YARN_ALPHA,
-                beta: float = YARN_BETA) -> Tensor:
+def yarn_factor(
+    freqs: Tensor, scale: float, ref_len: int, alpha: float = YARN_ALPHA, beta: float = YARN_BETA
+) -> Tensor:
     """YaRN's frequency rule, "NTK-by-parts" (Peng et al. 2024): a frequency turning r = L |f| / 2pi
     times over the training axis of length L is kept when r >= beta (it has seen every phase),
     divided by s when r <= alpha, and blended linearly in between: f -> f * (g + (1 - g) / s),
@@ -60,12 +62,14 @@ def band_range(theta: float, num_bands: int) -> float:
     return theta ** (-(num_bands - 1) / num_bands) if num_bands > 1 else 1.0
 
 
-def axis_frequencies(bands: Tensor, mode: str, grid: tuple[int, int], ref_grid: tuple[int, int],
-                     lowest: float) -> tuple[Tensor, Tensor]:
+def axis_frequencies(
+    bands: Tensor, mode: str, grid: tuple[int, int], ref_grid: tuple[int, int], lowest: float
+) -> tuple[Tensor, Tensor]:
     """The row and column frequencies of `bands` on `grid` under `mode` (unchanged unless ntk/yarn)."""
     if mode not in FREQUENCY_MODES:
         return bands, bands
     (height, width), (ref_height, ref_width) = grid, ref_grid
-    return (rescale(bands, mode, axis_scale(height, ref_height), ref_height, lowest),
-            rescale(bands, mode, axis_scale(width, ref_width), ref_width, lowest))
-
+    return (
+        rescale(bands, mode, axis_scale(height, ref_height), ref_height, lowest),
+        rescale(bands, mode, axis_scale(width, ref_width), ref_width, lowest),
+    )

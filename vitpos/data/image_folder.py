@@ -1,5 +1,5 @@
 """Image trees (`train/<class>/*`, `test/<class>/*` or `val/<class>/*`) read from a folder or an
-archive into uint8 tensors, decoded once and cached.
+archive into uint8 tensors, decoded once and cached, and their datamodule (`data=image_folder`).
 
 The layout is torchvision's `ImageFolder` (classes = sorted folder names of `train/`); the tree
 may sit at the root or under one top folder (`cifar10-jpeg/train/...`). JPEG and PNG files are
@@ -8,6 +8,7 @@ an error naming it. The decoded splits are saved under `cache_dir`, keyed by the
 size and modification time (every file's, for a folder), so later runs and DDP ranks load tensors
 instead of decoding; a file lock makes one process build while the others wait.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .errors import ConfigError, DataNotFoundError
+from ..errors import ConfigError, DataNotFoundError
+from .datamodule import ImageDataModule
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 SPLIT_FOLDERS = {"train": ("train",), "test": ("test", "val")}
@@ -58,9 +60,9 @@ class ImageSplits:
 
 @dataclass
 class TreeFile:
-    split: str   # "train" or "test"
-    label: str   # class folder name
-    name: str    # path inside the source, for messages
+    split: str  # "train" or "test"
+    label: str  # class folder name
+    name: str  # path inside the source, for messages
     key: object  # what `Source.read_all` needs to return the bytes (a path, a zip name, a tar's bytes)
 
 
@@ -70,12 +72,16 @@ class Source:
     def __init__(self, root: Path):
         self.root = root
         if not root.exists():
-            raise DataNotFoundError(f"data.root={root} does not exist; pass a folder holding train/<class>/ and "
-                                    f"test/<class>/ image folders, or a .tar / .tar.gz / .zip archive of one")
+            raise DataNotFoundError(
+                f"data.root={root} does not exist; pass a folder holding train/<class>/ and "
+                f"test/<class>/ image folders, or a .tar / .tar.gz / .zip archive of one"
+            )
         self.kind = "folder" if root.is_dir() else "zip" if zipfile.is_zipfile(root) else "tar"
         if self.kind == "tar" and not is_tarfile(root):
-            raise ConfigError(f"data.root={root} is neither a folder nor a .tar / .tar.gz / .zip archive; "
-                              f"pass an image folder or an archive of one")
+            raise ConfigError(
+                f"data.root={root} is neither a folder nor a .tar / .tar.gz / .zip archive; "
+                f"pass an image folder or an archive of one"
+            )
 
     def members(self) -> list[tuple[str, object, bool]]:
         """(posix path relative to the root, read key, is a folder) of every entry."""
@@ -95,8 +101,11 @@ class Source:
             with zipfile.ZipFile(self.root) as archive:
                 return [(info.filename.rstrip("/"), info.filename, info.is_dir()) for info in archive.infolist()]
         with tarfile.open(self.root) as archive:  # a compressed tar reads in one pass: keep the bytes now
-            return [(member.name, archive.extractfile(member).read() if member.isfile() else None, member.isdir())
-                    for member in archive if member.isdir() or member.isfile()]
+            return [
+                (member.name, archive.extractfile(member).read() if member.isfile() else None, member.isdir())
+                for member in archive
+                if member.isdir() or member.isfile()
+            ]
 
     def read_all(self, files: list[TreeFile]) -> list[bytes]:
         """The bytes of `files`, in their order."""
@@ -117,15 +126,20 @@ class Source:
         try:
             yield
         except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError) as error:
-            raise ConfigError(f"data.root={self.root} is truncated or corrupt ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else 'no detail'}); fetch it again") from None
+            raise ConfigError(
+                f"data.root={self.root} is truncated or corrupt ({type(error).__name__}: "
+                f"{str(error).splitlines()[0] if str(error) else 'no detail'}); fetch it again"
+            ) from None
 
     def fingerprint(self) -> str:
         """A hash of the source's path, size and mtime (each file's, for a folder)."""
         stats = [(str(self.root.resolve()), self.root.stat().st_size, self.root.stat().st_mtime_ns)]
         if self.kind == "folder":
-            stats += [(name, os.stat(key).st_size, os.stat(key).st_mtime_ns) for name, key, is_dir in self.members()
-                      if not is_dir]
+            stats += [
+                (name, os.stat(key).st_size, os.stat(key).st_mtime_ns)
+                for name, key, is_dir in self.members()
+                if not is_dir
+            ]
         return hashlib.sha256(repr((CACHE_FORMAT, stats)).encode()).hexdigest()[:16]
 
 
@@ -155,25 +169,29 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
                 if is_dir:
                     class_dirs.setdefault((split, label), 0)
                 else:
-                    raise ConfigError(f"{where}: {name} is a file beside the class folders of {parts[depth]}/; "
-                                      f"images go in {parts[depth]}/<class>/, remove or move it")
+                    raise ConfigError(
+                        f"{where}: {name} is a file beside the class folders of {parts[depth]}/; "
+                        f"images go in {parts[depth]}/<class>/, remove or move it"
+                    )
             elif not is_dir and not parts[-1].startswith("."):
                 if not parts[-1].lower().endswith(IMAGE_SUFFIXES):
-                    raise ConfigError(f"{where}: {name} is not an image ({', '.join(IMAGE_SUFFIXES)}); "
-                                      f"remove it from the tree")
+                    raise ConfigError(
+                        f"{where}: {name} is not an image ({', '.join(IMAGE_SUFFIXES)}); remove it from the tree"
+                    )
                 class_dirs[(split, label)] = class_dirs.get((split, label), 0) + 1
                 files.append(TreeFile(split, label, name, key))
             break
     tops = {prefix for prefix, _ in prefixes}
     if len(tops) > 1:
         trees = ", ".join("/".join(t) or "." for t in sorted(tops))
-        raise ConfigError(f"{where} holds more than one image tree ({trees}); "
-                          f"pass the folder of one")
+        raise ConfigError(f"{where} holds more than one image tree ({trees}); pass the folder of one")
     splits = {next(s for s, names in SPLIT_FOLDERS.items() if folder in names) for _, folder in prefixes}
     for split, names in SPLIT_FOLDERS.items():
         if split not in splits:
-            raise ConfigError(f"{where} has no {' or '.join(f'{n}/<class>/' for n in names)} folder of images; "
-                              f"a tree needs train/<class>/*.jpg|png and test/<class>/ (or val/<class>/)")
+            raise ConfigError(
+                f"{where} has no {' or '.join(f'{n}/<class>/' for n in names)} folder of images; "
+                f"a tree needs train/<class>/*.jpg|png and test/<class>/ (or val/<class>/)"
+            )
     test_folders = {folder for _, folder in prefixes if folder in SPLIT_FOLDERS["test"]}
     if len(test_folders) > 1:
         raise ConfigError(f"{where} has both test/ and val/; keep one of them (it is the test split)")
@@ -183,8 +201,10 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
     train_classes = {label for split, label in class_dirs if split == "train"}
     missing = sorted({label for split, label in class_dirs if split == "test"} - train_classes)
     if missing:
-        raise ConfigError(f"{where}: test class {missing[0]!r} has no folder in train/ (train/ has "
-                          f"{', '.join(sorted(train_classes))}); a class must be in both")
+        raise ConfigError(
+            f"{where}: test class {missing[0]!r} has no folder in train/ (train/ has "
+            f"{', '.join(sorted(train_classes))}); a class must be in both"
+        )
     return files
 
 
@@ -198,8 +218,10 @@ def decode(files: list[TreeFile], data: list[bytes], size: tuple[int, int], wher
         try:
             images.append(decode_image(torch.frombuffer(bytearray(raw), dtype=torch.uint8), ImageReadMode.UNCHANGED))
         except (RuntimeError, ValueError) as error:
-            raise ConfigError(f"{where}: {file.name} cannot be decoded as an image ({str(error).splitlines()[0]}); "
-                              f"remove or replace it") from None
+            raise ConfigError(
+                f"{where}: {file.name} cannot be decoded as an image ({str(error).splitlines()[0]}); "
+                f"remove or replace it"
+            ) from None
     channels = {}
     for file, image in zip(files, images):
         channels.setdefault(image.shape[0], file.name)
@@ -231,8 +253,16 @@ def build(source: Source, size: tuple[int, int]) -> ImageSplits:
     std = tuple(pixels.std(dim=(0, 2, 3)).tolist())
     lossy = any(f.name.lower().endswith((".jpg", ".jpeg")) for f in files)
     described = f"image {'folder' if source.kind == 'folder' else 'archive'} {source.root.resolve()}"
-    return ImageSplits(train_images, labels[is_train], images[~is_train].contiguous(),
-                       labels[~is_train], classes, mean, std, described + (" (JPEG: lossy)" if lossy else ""))
+    return ImageSplits(
+        train_images,
+        labels[is_train],
+        images[~is_train].contiguous(),
+        labels[~is_train],
+        classes,
+        mean,
+        std,
+        described + (" (JPEG: lossy)" if lossy else ""),
+    )
 
 
 def load_image_tree(root: str | Path, cache_dir: str | Path | None, size: tuple[int, int]) -> ImageSplits:
@@ -251,8 +281,11 @@ def load_image_tree(root: str | Path, cache_dir: str | Path | None, size: tuple[
         cache_dir.mkdir(parents=True, exist_ok=True)
         lock = os.open(cache_dir, os.O_RDONLY)  # the folder itself is the lock: no lock file to leave behind
     except OSError as error:
-        print(f"vitpos: cannot write the decoded-image cache to {cache_dir} ({error.strerror}); decoding "
-              f"without it (set data.cache_dir=<writable folder>)", flush=True)
+        print(
+            f"vitpos: cannot write the decoded-image cache to {cache_dir} ({error.strerror}); decoding "
+            f"without it (set data.cache_dir=<writable folder>)",
+            flush=True,
+        )
         return build(source, size)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one process decodes, the others wait and then load its cache
@@ -278,3 +311,48 @@ def load_image_tree(root: str | Path, cache_dir: str | Path | None, size: tuple[
 def load_cached(path: Path) -> ImageSplits:
     return ImageSplits(**torch.load(path, mmap=True, weights_only=True))
 
+
+class ImageFolderDataModule(ImageDataModule):
+    """Any image tree `train/<class>/*` + `test/<class>/*` (or `val/`) of JPEG/PNG files, a folder
+    or an archive (see `load_image_tree`): classes are the sorted folder names of train/, the
+    channel mean and std are the training split's, `num_classes` and `in_chans` come from the data.
+    Images of mixed sizes are resized to `img_size` once, when decoded.
+
+    Args:
+        root: the folder or archive.
+        cache_dir: where the decoded tensors are kept (None: decode every run).
+    """
+
+    name = "image_folder"
+
+    def __init__(self, root: str | None = None, cache_dir: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        if not root:
+            raise ConfigError(
+                "data=image_folder needs data.root=<folder or .tar/.tar.gz/.zip holding "
+                "train/<class>/ and test/<class>/ image folders>"
+            )
+        self.root, self.cache_dir = Path(root).expanduser(), cache_dir
+        self._tree = None
+
+    @property
+    def tree(self):
+        if self._tree is None:
+            self._tree = load_image_tree(self.root, self.cache_dir, self.img_size)
+        return self._tree
+
+    num_classes = property(lambda self: len(self.tree.classes))
+    in_chans = property(lambda self: self.tree.in_chans)
+    native_size = property(lambda self: self.tree.native_size)
+    mean = property(lambda self: self.tree.mean)
+    std = property(lambda self: self.tree.std)
+    source = property(lambda self: self.tree.source)
+    classes = property(lambda self: self.tree.classes)
+
+    def prepare_data(self) -> None:
+        """Read (and check) the tree; the first process decodes it into the cache, others wait."""
+        self.load(train=True)
+
+    def load(self, train: bool) -> tuple[Tensor, Tensor]:
+        tree = self.tree
+        return (tree.train_images, tree.train_labels) if train else (tree.test_images, tree.test_labels)

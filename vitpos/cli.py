@@ -1,0 +1,30 @@
+"""The one command-line convention of the vitpos CLIs (`vitpos.evaluate`, `compare`, `diagnose`,
+`figures`): `key=value` options in Hydra's override syntax."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from .errors import ConfigError
+
+
+def parse_options(argv: list[str], defaults: dict, doc: str, extra_keys=()) -> DictConfig:
+    """`key=value` options in Hydra's override
+    syntax (`img_sizes=[32,48]`, `ckpt=[a,b]`) over `defaults`; `--help` prints `doc` and exits.
+    `extra_keys` are accepted beyond the defaults (model arguments for a fresh model)."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(doc.strip())
+        raise SystemExit(0)
+    loose = [arg for arg in argv if "=" not in arg]
+    if loose:
+        raise ConfigError(f"expected key=value options, got {loose[0]!r}; see --help")
+    try:
+        options = OmegaConf.from_dotlist(argv)
+    except Exception as error:  # OmegaConf's grammar errors have several types
+        raise ConfigError(f"cannot parse the options ({str(error).splitlines()[0]}); see --help") from None
+    unknown = set(options) - set(defaults) - set(extra_keys)
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) {', '.join(sorted(unknown))}; valid: {', '.join([*defaults, *sorted(extra_keys)])}"
+        )
+    return OmegaConf.merge(OmegaConf.create(defaults), options)

@@ -1,0 +1,226 @@
+"""`ImageDataModule`, the base of every dataset: the train/val split, the loaders (DataLoader or
+`DeviceBatches`, each over a `ShardedSampler`), and the batched resize, augmentation and
+normalisation on the training device after the transfer; subclasses only `load` a split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from ..errors import ConfigError, check_setting, is_integer
+from ..model import image_size
+from .augment import AUGMENTS, PER_SAMPLE_AUGMENTS, random_crop_flip, sample_transform
+from .sampling import DeviceBatches, ResumableDataLoader, ShardedSampler, UInt8ImageDataset
+
+
+class ImageDataModule(L.LightningDataModule):
+    """Base for the in-memory datasets. Subclasses set `num_classes`, `in_chans`, `native_size`,
+    `mean`, `std` and implement `load(train)`.
+
+    Args:
+        data_dir: dataset root.
+        img_size: model input size, int or (H, W); images are resized (bicubic) from native size.
+        batch_size: per-device batch size.
+        num_workers: DataLoader workers (only useful with `augment=randaugment`).
+        augment: `standard` (random crop + flip), `randaugment` / `trivialaugment` (standard +
+            RandAugment / TrivialAugmentWide, per sample), `none`.
+        crop_padding: padding in pixels (at `img_size`) of the random crop.
+        hflip: random horizontal flip in the standard augmentation.
+        val_size: number of training images held out for validation.
+        train_subset: use only the first N remaining training images (short CPU budgets).
+        split_seed: seed of the train/val split.
+        shuffle_seed: seed of the training order (epoch e uses shuffle_seed + e).
+        download: allow downloading when the data is missing.
+        device_resident: keep the uint8 splits on the training device and index batches there
+            (`DeviceBatches`); `auto` does so on CUDA unless a per-sample policy needs workers.
+        train_img_sizes: mixed-resolution training (FlexiViT, Beyer et al. 2023): each optimizer
+            step resizes its batch to one size of this list (ints or [H, W] pairs), drawn from
+            (shuffle_seed, step) alone, so every rank and a resumed run draw the same; validation
+            and test stay at `img_size`. None: `img_size` only.
+        batch_by_tokens: with `train_img_sizes`, a step at a size larger than `img_size` keeps
+            only the first batch_size x (img_size / size)^2 images of its batch, so no step holds
+            more tokens than one at `img_size`.
+    """
+
+    name: str
+    num_classes: int
+    in_chans: int
+    native_size: tuple[int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    source: str = ""  # which copy of the data was read, once loaded (runs record it)
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        img_size: int | tuple[int, int] = 32,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        augment: str = "standard",
+        crop_padding: int = 4,
+        hflip: bool = True,
+        val_size: int = 5000,
+        train_subset: int | None = None,
+        split_seed: int = 0,
+        shuffle_seed: int = 0,
+        download: bool = True,
+        device_resident: bool | str = "auto",
+        train_img_sizes: list | None = None,
+        batch_by_tokens: bool = False,
+    ):
+        super().__init__()
+        if augment not in AUGMENTS:
+            raise ConfigError(f"data.augment={augment!r} is not one of {', '.join(AUGMENTS)}")
+        if device_resident not in ("auto", True, False):
+            raise ConfigError(f"data.device_resident={device_resident!r} must be auto, true or false")
+        if device_resident is True and augment in PER_SAMPLE_AUGMENTS:
+            raise ConfigError(
+                f"data.augment={augment} runs per sample in DataLoader workers; "
+                f"use data.device_resident=false (or auto)"
+            )
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"data.batch_size={batch_size!r} must be a positive integer, e.g. data.batch_size=128")
+        if train_subset is not None and (not isinstance(train_subset, int) or train_subset < 1):
+            raise ConfigError(f"data.train_subset={train_subset!r} must be a positive integer or null (all images)")
+        self.data_dir = Path(data_dir).expanduser()
+        self.img_size = image_size(img_size)
+        if train_img_sizes is not None and (isinstance(train_img_sizes, (str, int)) or not len(train_img_sizes)):
+            raise ConfigError(
+                f"train_img_sizes={train_img_sizes!r} must be a non-empty list of sizes, "
+                f"e.g. train_img_sizes=[24,32,40], or null"
+            )
+        self.train_img_sizes = [
+            image_size(size, f"train_img_sizes entry {size!r}", "train_img_sizes=[24,32,40]")
+            for size in train_img_sizes or [self.img_size]
+        ]
+        self.batch_by_tokens = batch_by_tokens
+        self.batch_size = batch_size
+        check_setting(
+            "data.num_workers",
+            num_workers,
+            is_integer(num_workers) and num_workers >= 0,
+            "be a whole number >= 0 (DataLoader worker processes), e.g. data.num_workers=0",
+        )
+        self.num_workers = num_workers
+        self.augment = augment
+        self.crop_padding = crop_padding
+        self.hflip = hflip
+        self.val_size = val_size
+        self.train_subset = train_subset
+        self.split_seed = split_seed
+        self.shuffle_seed = shuffle_seed
+        self.download = download
+        self.device_resident = device_resident
+        self.train_set = self.val_set = self.test_set = None
+        self._on_device: dict[str, tuple[Tensor, Tensor]] = {}  # split -> (images, labels) on the device
+
+    def load(self, train: bool) -> tuple[Tensor, Tensor]:
+        """Return uint8 images (N, C, H, W) and int64 labels (N,) of the train or test split."""
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        images, labels = self.load(train=True)
+        if not 0 < self.val_size < len(labels):
+            raise ConfigError(f"data.val_size={self.val_size} must be between 1 and {len(labels) - 1}")
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.split_seed))
+        val_index, train_index = order[: self.val_size], order[self.val_size :]
+        if self.train_subset:
+            train_index = train_index[: self.train_subset]
+        if len(train_index) < self.batch_size:
+            raise ConfigError(
+                f"{len(train_index)} training images are fewer than one batch "
+                f"(data.batch_size={self.batch_size}); raise data.train_subset or lower data.batch_size"
+            )
+        self.train_set = UInt8ImageDataset(images[train_index], labels[train_index], sample_transform(self.augment))
+        self.val_set = UInt8ImageDataset(images[val_index], labels[val_index])
+        self.test_set = UInt8ImageDataset(*self.load(train=False))
+
+    def _shard(self) -> tuple[int, int]:
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    def _device(self) -> torch.device | None:
+        """The training device when batches are drawn there, else None (the DataLoader path)."""
+        if self.trainer is None or self.device_resident is False:
+            return None
+        device = self.trainer.strategy.root_device
+        if self.device_resident == "auto" and (device.type != "cuda" or self.augment in PER_SAMPLE_AUGMENTS):
+            return None
+        return device
+
+    def _loader(self, dataset: UInt8ImageDataset, train: bool) -> DataLoader | DeviceBatches:
+        rank, world_size = self._shard()
+        sampler = ShardedSampler(
+            len(dataset), shuffle=train, seed=self.shuffle_seed, rank=rank, world_size=world_size, equal_shards=train
+        )
+        device = self._device()
+        if device is not None:
+            split = "train" if dataset is self.train_set else "val" if dataset is self.val_set else "test"
+            if split not in self._on_device:  # one copy per split for the whole run
+                self._on_device[split] = (dataset.images.to(device), dataset.labels.to(device))
+            return DeviceBatches(*self._on_device[split], sampler, self.batch_size, drop_last=train)
+        loader_class = ResumableDataLoader if train else DataLoader
+        return loader_class(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            drop_last=train,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            generator=torch.Generator().manual_seed(self.shuffle_seed + rank),
+        )
+
+    def train_batches_per_epoch(self, world_size: int = 1) -> int:
+        """Training batches one rank takes per epoch (equal shards, last partial batch dropped)."""
+        self.setup()
+        return (len(self.train_set) // world_size) // self.batch_size
+
+    def train_dataloader(self) -> DataLoader | DeviceBatches:
+        self.train_loader = self._loader(self.train_set, train=True)
+        return self.train_loader
+
+    def val_dataloader(self) -> DataLoader | DeviceBatches:
+        return self._loader(self.val_set, train=False)
+
+    def test_dataloader(self) -> DataLoader | DeviceBatches:
+        return self._loader(self.test_set, train=False)
+
+    def train_size(self, step: int) -> tuple[int, int]:
+        """The training size of optimizer step `step`: a function of (shuffle_seed, step) only."""
+        if len(self.train_img_sizes) == 1:
+            return self.train_img_sizes[0]
+        generator = torch.Generator().manual_seed(self.shuffle_seed * 1_000_003 + step)
+        return self.train_img_sizes[int(torch.randint(len(self.train_img_sizes), (1,), generator=generator))]
+
+    def preprocess(self, images: Tensor, train: bool, size: tuple[int, int] | None = None) -> Tensor:
+        """uint8 (B, C, h, w) on the device -> normalised float (B, C, H, W) at `size` (default
+        `img_size`); the crop padding scales with the size."""
+        size = tuple(size or self.img_size)
+        images = images.float().div_(255)
+        if tuple(images.shape[-2:]) != size:
+            images = F.interpolate(images, size=size, mode="bicubic", antialias=True, align_corners=False).clamp_(0, 1)
+        if train and self.augment != "none":
+            padding = round(self.crop_padding * size[0] / self.img_size[0])
+            images = random_crop_flip(images, padding, self.hflip)
+        mean = torch.tensor(self.mean, device=images.device)[None, :, None, None]
+        std = torch.tensor(self.std, device=images.device)[None, :, None, None]
+        return (images - mean) / std
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        images, labels = batch
+        training = self.trainer is not None and self.trainer.training
+        if not training:
+            return self.preprocess(images, train=False), labels
+        self.train_loader.sampler.consumed += len(labels)  # exact resume position (see ShardedSampler)
+        size = self.train_size(self.trainer.global_step)
+        if self.batch_by_tokens:
+            keep = max(1, round(len(labels) * self.img_size[0] * self.img_size[1] / (size[0] * size[1])))
+            images, labels = images[:keep], labels[:keep]  # (k, C, h, w): tokens of one img_size step at most
+        return self.preprocess(images, train=True, size=size), labels
