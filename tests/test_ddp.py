@@ -15,6 +15,7 @@ import lightning as L
 import pytest
 import torch
 
+from vitpos.errors import EXIT_PREEMPTED
 from vitpos.module import ImageClassifier
 from vitpos.train import train
 
@@ -170,3 +171,17 @@ def test_a_fault_on_one_rank_ends_every_rank_with_one_error_line(fault, messages
     assert all(line.endswith("continue with resume=true") for line in errors)
     last = next((tmp_path / "logs").rglob("last.ckpt"))
     assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 4  # the save before the fault
+
+
+@pytest.mark.slow
+def test_a_preempted_ddp_run_saves_and_every_rank_exits_with_the_preemption_status(tmp_path):
+    """SIGTERM to every rank at once, as a scheduler signals a whole job: one last.ckpt at the step
+    they stop at, and each rank exits with EXIT_PREEMPTED and one line."""
+    result = train_py(
+        tmp_path, "trainer.max_steps=20", "+callbacks.stop._target_=interrupt.InterruptAtStep", "+callbacks.stop.step=6"
+    )
+    assert result.returncode == EXIT_PREEMPTED and "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("vitpos: pre-empted")]
+    assert len(lines) == 2 and all("SIGTERM at step 6: saved" in line for line in lines), lines
+    last = next((tmp_path / "logs").rglob("last.ckpt"))
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 6

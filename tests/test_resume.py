@@ -95,7 +95,8 @@ def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, exp
     )
     assert first.returncode == expected_rc, first.stderr[-2000:]
     if signal_name == "SIGTERM":  # pre-empted, not finished: a scheduler or a script can tell
-        assert "vitpos: pre-empted: SIGTERM at step 6: last.ckpt saved; continue with resume=true" in first.stderr
+        last = Path("logs", run, "version_0", "checkpoints", "last.ckpt")
+        assert f"vitpos: pre-empted: SIGTERM at step 6: saved {last}; continue with resume=true" in first.stderr
         assert "Traceback" not in first.stderr and not (cwd / "logs" / run / "version_0" / "results.json").exists()
     step, _ = final_state(cwd, run)
     # SIGTERM saves at the step it stops at; SIGKILL leaves the periodic checkpoint of step 4.

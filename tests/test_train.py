@@ -317,3 +317,34 @@ def test_closing_summary_fine_tunes_with_the_recipes_own_fine_tune(experiment, r
     assert finetune.experiment == recipe and finetune.finetune_from == str(run) and finetune.paths.log_dir == "/study"
     assert finetune.trainer.max_epochs == recipe_cfg.trainer.max_epochs == 1
     assert finetune.data.train_subset == recipe_cfg.data.train_subset and finetune.img_size == 2 * cfg.img_size
+
+
+def test_optimizer_and_schedule_come_from_their_config_groups(make_config, tiny_overrides):
+    from vitpos.config import instantiate
+    from vitpos.module import ImageClassifier
+
+    cfg = make_config([*tiny_overrides, "optim=sgd", "optim.lr=0.05", "scheduler.warmup_steps=3"])
+    module = ImageClassifier(
+        model=dict(pos="2d_sin", img_size=16, num_classes=3, in_chans=1, dim=16, depth=1, num_heads=2),
+        optimizer=instantiate(cfg.optim, _convert_="all"),
+        scheduler=instantiate(cfg.scheduler, _convert_="all"),
+    )
+    optimizer = module.optimizer_factory(module.parameter_groups())
+    assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"] == 0.9
+    decay, no_decay = optimizer.param_groups
+    assert decay["weight_decay"] == 5e-4 and no_decay["weight_decay"] == 0.0  # the optimizer's own decay
+    schedule = module.scheduler_factory(optimizer, total_steps=100)
+    lrs = []
+    for _ in range(5):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    assert lrs[:3] == pytest.approx([0.05 / 3, 0.1 / 3, 0.05])  # warm-up of 3 steps to optim.lr
+
+
+def test_logger_and_callbacks_come_from_their_config_groups(make_config, tiny_overrides):
+    metrics = train(make_config([*tiny_overrides, "logger=csv", "callbacks.best_checkpoint=null"]))
+    run = Path(metrics["log_dir"])
+    assert (run / "metrics.csv").is_file() and not list(run.glob("events.out.tfevents*"))
+    checkpoints = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert "last.ckpt" in checkpoints and not any(name.startswith("best-") for name in checkpoints)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from torchmetrics.classification import MulticlassAccuracy
 
 from .errors import CheckpointWriteError
@@ -99,28 +101,39 @@ def batch_size(batch) -> int:
 
 class LastCheckpoint(L.Callback):
     """The one writer of `<run>/checkpoints/<filename>`: every `every_n_steps` optimizer steps, at
-    the end of training, and on SIGTERM (pre-emption, `scancel`, a container stop), where Lightning
-    stops at the next step boundary and this saves first, so `resume=true` loses no step. (The
-    best-by-val checkpoints are Lightning's `ModelCheckpoint`.)"""
+    the end of training, and on SIGTERM (pre-emption, `scancel`, a container stop): the signal only
+    marks the request, and at the end of the optimizer step every rank learns whether any rank got
+    it and all stop together (`SIGTERMException`), after this saves, so `resume=true` loses no step.
+    (The best-by-val checkpoints are Lightning's `ModelCheckpoint`.)"""
 
     def __init__(self, every_n_steps: int = 500, filename: str = "last.ckpt"):
         self.every_n_steps, self.filename = every_n_steps, filename
         self.path: Path | None = None  # known once the trainer has its run folder
+        self.stop_requested = False
         self._saved_step = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.path = Path(trainer.log_dir) / "checkpoints" / self.filename  # rank 0's folder, on every rank
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # In place of Lightning's SIGTERM handler, which enters a collective inside the handler: with
+        # every DDP rank signalled at once (a scheduler signals the whole job) the ranks' collectives
+        # then mismatch and the job crashes instead of saving. Lightning restores the handlers after fit.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.request_stop)
+
+    def request_stop(self, signum, frame) -> None:
+        self.stop_requested = True
+
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
         # once per optimizer step: with gradient accumulation this hook also runs on micro-batches
         # between steps, where a save would record a half-accumulated state
+        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+            return
+        if trainer.strategy.reduce_boolean_decision(self.stop_requested, all=False):  # any rank, on every rank
+            raise SIGTERMException
         step = trainer.global_step
-        if (
-            self.every_n_steps > 0
-            and step % self.every_n_steps == 0
-            and step != self._saved_step
-            and (batch_idx + 1) % trainer.accumulate_grad_batches == 0
-        ):
+        if self.every_n_steps > 0 and step % self.every_n_steps == 0 and step != self._saved_step:
             trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
             self._saved_step = step
 
@@ -130,7 +143,6 @@ class LastCheckpoint(L.Callback):
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException):
             trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
-            rank_zero_info(f"SIGTERM: saved {self.path} at step {trainer.global_step}; continue with resume=true")
 
 
 class PositionalFigures(L.Callback):

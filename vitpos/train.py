@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
-from .callbacks import AtomicCheckpointIO
+from .callbacks import AtomicCheckpointIO, LastCheckpoint
 from .config import instantiate
 from .data import ImageDataModule
 from .errors import ConfigError, Preempted, RankLostError, check_setting, is_integer
@@ -321,7 +321,9 @@ def stop_reason(error: BaseException, trainer: L.Trainer | None) -> Exception | 
 
     if isinstance(error, SIGTERMException):
         step = trainer.global_step if trainer is not None else 0
-        return Preempted(f"SIGTERM at step {step}: last.ckpt saved; continue with resume=true")
+        saved = [c.path for c in (trainer.callbacks if trainer is not None else []) if isinstance(c, LastCheckpoint)]
+        where = f"saved {saved[0]}" if saved else "no last_checkpoint callback, nothing saved"
+        return Preempted(f"SIGTERM at step {step}: {where}; continue with resume=true")
     text = str(error)
     lost = isinstance(error, torch.distributed.DistError) or (
         isinstance(error, RuntimeError) and "gloo" in text and "by peer" in text

@@ -1,5 +1,5 @@
-"""Test-only Lightning callback: the process sends itself a signal after a given optimizer step,
-like a pre-emption (SIGTERM) or a crash (SIGKILL) at a known point."""
+"""Test-only Lightning callbacks: a signal during a given optimizer step, like a pre-emption
+(SIGTERM) or a crash (SIGKILL) at a known point; a NaN loss, a full disk, a rank that dies."""
 
 import os
 import signal
@@ -8,11 +8,13 @@ import lightning as L
 
 
 class InterruptAtStep(L.Callback):
+    """Sends the signal while optimizer step `step` runs (at the start of its batch)."""
+
     def __init__(self, step: int, signal_name: str = "SIGTERM"):
         self.step, self.signal = step, getattr(signal, signal_name)
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step == self.step:
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step - 1:
             os.kill(os.getpid(), self.signal)
 
 
