@@ -59,6 +59,8 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("check_finite_every=0", "check_finite_every=0 must be a positive number of steps"),
     ("callbacks.best_checkpoint.mode=up", "ModelCheckpoint: `mode` can be"),
     ("loss.mixup_alpha=-1", "loss.mixup_alpha=-1 must be a non-negative number"),
+    ("+loss.foo=1", "unknown loss setting.s. loss.foo; the loss takes loss.cutmix_alpha"),
+    ("callbacks.last_checkpoint.every_n_steps=0", "callbacks.last_checkpoint.every_n_steps=0 must be a positive"),
 ]
 
 
@@ -99,6 +101,15 @@ def test_composition_errors_are_one_line(args, message, tmp_path, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
     assert "Config search path" not in lines[0] and not (tmp_path / "logs").exists()
+
+
+def test_a_users_own_config_folder_takes_part_in_the_composition(tmp_path, capsys):
+    from vitpos.__main__ import check_composes
+
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "mine.yaml").write_text("# @package _global_\nseed: 7\n")
+    check_composes([f"--config-dir={tmp_path / 'mine'}", "experiment=mine"])  # Hydra composes it: no error here
+    assert capsys.readouterr().err == ""
 
 
 def test_cli_prints_one_error_line_with_exit_code_2(tmp_path):

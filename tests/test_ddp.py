@@ -15,7 +15,6 @@ import lightning as L
 import pytest
 import torch
 
-from vitpos.errors import EXIT_PREEMPTED
 from vitpos.module import ImageClassifier
 from vitpos.train import train
 
@@ -144,44 +143,3 @@ def test_nan_on_one_rank_stops_the_whole_job(tmp_path):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     # NaN from step 6 on rank 1; checks after steps 3, 7, ...: the check after step 7 stops the job
     assert errors and "non-finite training loss between steps 4 and 7" in errors[0]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "fault, messages",
-    [
-        # rank 1 killed after step 5: rank 0's next collective fails
-        (
-            ["+callbacks.die._target_=interrupt.DieAtStep", "+callbacks.die.step=5"],
-            ["error: another process of this 2-process run stopped (Read error"],
-        ),
-        # rank 0's disk fills at step 5: rank 0 says so, rank 1 loses rank 0
-        (
-            ["+callbacks.full._target_=interrupt.DiskFullAtStep", "+callbacks.full.step=5"],
-            ["error: cannot write checkpoint", "error: another process of this 2-process run stopped"],
-        ),
-    ],
-    ids=["rank_dies", "disk_full"],
-)
-def test_a_fault_on_one_rank_ends_every_rank_with_one_error_line(fault, messages, tmp_path):
-    result = train_py(tmp_path, "trainer.max_steps=20", "checkpoint_every_n_steps=2", *fault)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == len(messages) and all(any(e.startswith(m) for e in errors) for m in messages), errors
-    assert all(line.endswith("continue with resume=true") for line in errors)
-    last = next((tmp_path / "logs").rglob("last.ckpt"))
-    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 4  # the save before the fault
-
-
-@pytest.mark.slow
-def test_a_preempted_ddp_run_saves_and_every_rank_exits_with_the_preemption_status(tmp_path):
-    """SIGTERM to every rank at once, as a scheduler signals a whole job: one last.ckpt at the step
-    they stop at, and each rank exits with EXIT_PREEMPTED and one line."""
-    result = train_py(
-        tmp_path, "trainer.max_steps=20", "+callbacks.stop._target_=interrupt.InterruptAtStep", "+callbacks.stop.step=6"
-    )
-    assert result.returncode == EXIT_PREEMPTED and "Traceback" not in result.stderr, result.stderr[-3000:]
-    lines = [line for line in result.stderr.splitlines() if line.startswith("vitpos: pre-empted")]
-    assert len(lines) == 2 and all("SIGTERM at step 6: saved" in line for line in lines), lines
-    last = next((tmp_path / "logs").rglob("last.ckpt"))
-    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 6

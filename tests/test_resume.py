@@ -187,6 +187,25 @@ def test_resume_with_another_model_is_refused(uninterrupted, change):
     assert len(error) == 1 and "cannot resume" in error[0] and ("pos" in error[0] or "dim" in error[0])
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "change, difference",
+    [
+        ("optim=sgd", "optim.lr: 0.001 -> 0.1"),
+        ("optim.lr=0.5", "optim.lr: 0.001 -> 0.5"),
+        ("loss.label_smoothing=0", "loss.label_smoothing: 0.1 -> 0"),
+    ],
+)
+def test_resume_with_other_training_settings_is_refused(uninterrupted, change, difference):
+    """A resumed run would train on with the checkpoint's optimizer state and record the new
+    settings in its config.yaml: refused, naming what differs."""
+    cwd = uninterrupted[0]
+    result = train_py(cwd, "run_name=full", "resume=true", change)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(errors) == 1 and "its run trained with other settings" in errors[0] and difference in errors[0]
+
+
 class Exploding:
     """Pickling this fails half-way through writing a checkpoint, like a crash during the save."""
 
@@ -267,53 +286,3 @@ def test_periodic_last_checkpoint_is_saved_once_per_optimizer_step(make_config, 
     # periodic saves after steps 2, 4 and 6 (once each, though the hook ran on two micro-batches
     # at each of those steps), then the end-of-training save
     assert saves == [2, 4, 6, 6]
-
-
-@pytest.mark.slow
-def test_two_identical_commands_started_together_get_their_own_version(tmp_path):
-    """Each run claims its version folder atomically: two identical commands started at the same
-    moment write version_0 and version_1, each whole, instead of one folder last-writer-wins."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
-    command = [sys.executable, str(ROOT / "train.py"), *RUN, "run_name=twin"]
-    runs = [
-        subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    outputs = [run.communicate(timeout=600) for run in runs]
-    assert [run.returncode for run in runs] == [0, 0], outputs[0][1][-2000:] + outputs[1][1][-2000:]
-    printed = sorted(
-        line.split(" | ")[0] for out, _ in outputs for line in out.splitlines() if line.startswith("vitpos: run ")
-    )
-    assert printed == ["vitpos: run logs/twin/version_0", "vitpos: run logs/twin/version_1"]
-    for version in ("version_0", "version_1"):
-        folder = tmp_path / "logs" / "twin" / version
-        assert (folder / "results.json").is_file() and (folder / "config.yaml").is_file()
-        assert len(list(folder.glob("events.out.tfevents*"))) == 1  # one event stream per run, none merged
-
-
-def test_claiming_versions_from_many_threads_gives_each_its_own(tmp_path):
-    from concurrent.futures import ThreadPoolExecutor
-
-    from vitpos.runs import claim_version
-
-    (tmp_path / "run" / "version_3").mkdir(parents=True)  # numbering continues after the highest
-    with ThreadPoolExecutor(8) as pool:
-        claimed = list(pool.map(lambda _: claim_version(tmp_path / "run").name, range(8)))
-    assert sorted(claimed, key=lambda name: int(name.split("_")[1])) == [f"version_{n}" for n in range(4, 12)]
-
-
-@pytest.mark.slow
-def test_a_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_previous_file(tmp_path):
-    result = train_py(
-        tmp_path, "run_name=full_disk", "+callbacks.full._target_=interrupt.DiskFullAtStep", "+callbacks.full.step=8"
-    )
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    last = tmp_path / "logs" / "full_disk" / "version_0" / "checkpoints" / "last.ckpt"
-    assert errors == [
-        f"error: cannot write checkpoint {last.relative_to(tmp_path)} (No space left on device); the "
-        f"previous last.ckpt is intact; free space in {last.parent.relative_to(tmp_path)} and continue "
-        f"with resume=true"
-    ]
-    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 4  # the periodic save before
-    assert not list(last.parent.glob(".*tmp*"))  # no half-written temporary left

@@ -48,6 +48,16 @@ def run_job_as_its_own_command() -> dict:
         return json.loads(metrics_file.read_text())
 
 
+USER_CONFIG_FLAGS = (
+    "--config-dir",
+    "-cd",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "hydra.searchpath",
+    "+hydra.searchpath",
+)
 HYDRA_FLAGS_WITH_OWN_OUTPUT = ("-h", "--help", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion")
 
 
@@ -72,7 +82,7 @@ def sweep_variants(overrides: list[str], groups_only: bool = False) -> list[list
 
 # keys that moved when logger, callbacks, optimizer and schedule became config groups
 MOVED_KEYS = {
-    "figures_at_end": "callbacks.figures=null (switches the figures off)",
+    "figures_at_end": "callbacks.figures=null to switch the figures off (they are on by default)",
     "optim.warmup_steps": "scheduler.warmup_steps",
     "optim.min_lr_ratio": "scheduler.min_lr_ratio",
     "optim.label_smoothing": "loss.label_smoothing",
@@ -98,6 +108,8 @@ def check_composes(argv: list[str]) -> None:
     to Hydra."""
     if any(arg.split("=")[0] in HYDRA_FLAGS_WITH_OWN_OUTPUT for arg in argv):
         return
+    if any(arg.startswith(USER_CONFIG_FLAGS) for arg in argv):
+        return  # the user's own config folders take part in Hydra's composition: Hydra reports its errors
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -107,7 +119,7 @@ def check_composes(argv: list[str]) -> None:
     for variant in sweep_variants(overrides, groups_only=True) if multirun else [overrides]:
         try:
             compose_train_config(variant)
-        except (HydraException, OmegaConfBaseException) as error:
+        except (HydraException, OmegaConfBaseException, ValueError) as error:
             message = " ".join(str(error).split("Config search path")[0].split())  # Hydra's lines as one
             sys.exit(report_error(ConfigError(message)))
 

@@ -23,7 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from torchmetrics.classification import MulticlassAccuracy
 
-from .errors import CheckpointWriteError
+from .errors import CheckpointWriteError, check_setting, is_integer
 from .plots import make_figures, pyplot, sample_images, save_figures
 
 
@@ -107,6 +107,12 @@ class LastCheckpoint(L.Callback):
     (The best-by-val checkpoints are Lightning's `ModelCheckpoint`.)"""
 
     def __init__(self, every_n_steps: int = 500, filename: str = "last.ckpt"):
+        check_setting(
+            "callbacks.last_checkpoint.every_n_steps",
+            every_n_steps,
+            is_integer(every_n_steps) and every_n_steps > 0,
+            "be a positive number of optimizer steps, e.g. checkpoint_every_n_steps=500",
+        )
         self.every_n_steps, self.filename = every_n_steps, filename
         self.path: Path | None = None  # known once the trainer has its run folder
         self.stop_requested = False
@@ -133,7 +139,7 @@ class LastCheckpoint(L.Callback):
         if trainer.strategy.reduce_boolean_decision(self.stop_requested, all=False):  # any rank, on every rank
             raise SIGTERMException
         step = trainer.global_step
-        if self.every_n_steps > 0 and step % self.every_n_steps == 0 and step != self._saved_step:
+        if step % self.every_n_steps == 0 and step != self._saved_step:
             trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
             self._saved_step = step
 

@@ -66,13 +66,17 @@ def check_optimizer(optimizer: Callable, scheduler: Callable) -> None:
     for name in ("lr", "weight_decay"):
         if isinstance(optimizer, functools.partial) and name in optimizer.keywords:
             value = optimizer.keywords[name]
-            check_setting(f"optim.{name}", value, is_number(value) and value >= 0, "be a non-negative number")
+            check_setting(
+                f"optim.{name}",
+                value,
+                is_number(value) and value >= 0,
+                f"be a non-negative number, e.g. optim.{name}={1e-3 if name == 'lr' else 0.05}",
+            )
+    keys = ", ".join(f"optim.{k}={v!r}" for k, v in getattr(optimizer, "keywords", {}).items())
     try:
         built = optimizer([torch.nn.Parameter(torch.zeros(1))])
     except (TypeError, ValueError) as error:
-        raise ConfigError(
-            f"optim: {error}; see configs/optim/ for the optimizer's settings, e.g. optim.lr=1e-3"
-        ) from None
+        raise ConfigError(f"optim: {error} (the optimizer's settings: {keys}); pass valid values") from None
     try:
         scheduler(built, total_steps=1)
     except TypeError as error:

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -122,7 +125,8 @@ def log_hparams(logger, row: dict) -> None:
 
 def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: ImageClassifier) -> Path:
     """The checkpoint `resume=` names (`true`: the newest version of this run with a last.ckpt),
-    refused when it was made for another model than the config builds."""
+    refused when it was made for another model than the config builds, or its run trained with other
+    optimizer, schedule or loss settings (its config.yaml)."""
     if cfg.resume is True:
         candidates = sorted(
             Path(log_root, run_name).glob("version_*/checkpoints/last.ckpt"),
@@ -144,6 +148,21 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
             f"cannot resume {path}: the config builds another model ({diff}); resume with the "
             f"run's original settings, or start a fresh run without resume"
         )
+    saved_config = run_dir(path) / "config.yaml" if run_dir(path) else None
+    if saved_config is not None and saved_config.is_file():
+        saved = OmegaConf.load(saved_config)
+        changed = [
+            f"{group}.{key}: {to_container(saved[group].get(key))} -> {value}"
+            for group in TRAINING_SETTINGS
+            if group in saved
+            for key, value in to_container(cfg[group]).items()
+            if key in saved[group] and to_container(saved[group][key]) != value  # keys it predates: unchanged
+        ]
+        if changed:
+            raise ConfigError(
+                f"cannot resume {path}: its run trained with other settings ({', '.join(changed)}); resume with "
+                f"the run's own settings (its config.yaml), or start a fresh run"
+            )
     if run_dir(path) is None or not run_dir(path).name.startswith("version_"):
         raise ConfigError(f"cannot resume {path}: expected a checkpoint under <run>/version_N/checkpoints/")
     return path
@@ -180,9 +199,20 @@ def remove_run_folder(version_dir: Path) -> None:
         version_dir.parent.rmdir()
 
 
+LOSS_KEYS = {"label_smoothing", "mixup_alpha", "cutmix_alpha"}  # train.yaml's loss: (ImageClassifier arguments)
+# the settings a resumed run must share with the run it continues, besides the model (its saved config.yaml)
+TRAINING_SETTINGS = ("optim", "scheduler", "loss")
+
+
 def build_module(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[ImageClassifier, list[int] | None]:
     """The LightningModule of the run: a new model from the config, or the `finetune_from` model
     converted to `img_size` (and the size it was trained at)."""
+    unknown = sorted(set(cfg.loss) - LOSS_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"unknown loss setting(s) {', '.join(f'loss.{k}' for k in unknown)}; the loss takes "
+            f"{', '.join(f'loss.{k}' for k in sorted(LOSS_KEYS))}"
+        )
     options = dict(
         data=to_container(cfg.data),
         compile=cfg.model.get("compile", False),
@@ -293,16 +323,19 @@ def train(cfg: DictConfig) -> dict[str, float]:
     )
     trainer = None
     try:
-        logger = instantiate(cfg.logger, save_dir=str(run_root.parent), name=run_name, version=version)
-        callbacks = [c for c in (instantiate(c) for c in cfg.callbacks.values() if c is not None) if c is not None]
-        trainer = instantiate(trainer_config(cfg), logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()])
-        if trainer.local_rank == 0:
-            datamodule.prepare_data()  # missing data, a split that cannot fill a batch: before any training
-        datamodule.setup("fit")
-        if trainer.is_global_zero:
-            start_run(cfg, trainer, module, datamodule, trained_size)
-        started = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
+        with sigterm_stops_the_run():  # until fit installs the per-step stop (LastCheckpoint)
+            logger = instantiate(cfg.logger, save_dir=str(run_root.parent), name=run_name, version=version)
+            callbacks = [c for c in (instantiate(c) for c in cfg.callbacks.values() if c is not None) if c is not None]
+            trainer = instantiate(
+                trainer_config(cfg), logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()]
+            )
+            if trainer.local_rank == 0:
+                datamodule.prepare_data()  # missing data, a split that cannot fill a batch: before any training
+            datamodule.setup("fit")
+            if trainer.is_global_zero:
+                start_run(cfg, trainer, module, datamodule, trained_size)
+            started = time.perf_counter()
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
     except BaseException as error:
         if claimed and (trainer is None or trainer.global_step == 0):
             remove_run_folder(claimed)  # a run that never trained leaves nothing behind
@@ -311,6 +344,25 @@ def train(cfg: DictConfig) -> dict[str, float]:
             raise
         raise reason from None
     return finish_run(cfg, trainer, module, datamodule, round(time.perf_counter() - started, 1))
+
+
+@contextlib.contextmanager
+def sigterm_stops_the_run():
+    """While the run is set up, a SIGTERM raises `SIGTERMException` (Python's default would end the
+    process on the spot, leaving a run folder with nothing to resume), which `train()` cleans up and
+    reports as a pre-emption; the trainer's own handling takes over in fit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, raise_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def raise_sigterm(signum, frame) -> None:
+    raise SIGTERMException
 
 
 def stop_reason(error: BaseException, trainer: L.Trainer | None) -> Exception | None:
@@ -322,8 +374,9 @@ def stop_reason(error: BaseException, trainer: L.Trainer | None) -> Exception | 
     if isinstance(error, SIGTERMException):
         step = trainer.global_step if trainer is not None else 0
         saved = [c.path for c in (trainer.callbacks if trainer is not None else []) if isinstance(c, LastCheckpoint)]
-        where = f"saved {saved[0]}" if saved else "no last_checkpoint callback, nothing saved"
-        return Preempted(f"SIGTERM at step {step}: {where}; continue with resume=true")
+        if not (saved and saved[0] and Path(saved[0]).is_file()):
+            return Preempted(f"SIGTERM at step {step}, before anything to resume was saved; run the command again")
+        return Preempted(f"SIGTERM at step {step}: saved {saved[0]}; continue with resume=true")
     text = str(error)
     lost = isinstance(error, torch.distributed.DistError) or (
         isinstance(error, RuntimeError) and "gloo" in text and "by peer" in text
@@ -364,6 +417,18 @@ def finish_run(
     return metrics
 
 
+def group_choices() -> list[str]:
+    """`optim=sgd`-style overrides of this run's optimizer, schedule and logger where the command
+    line chose other than train.yaml's defaults (known when Hydra runs the job)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    chosen = HydraConfig.get().runtime.choices
+    defaults = {"optim": "adamw", "scheduler": "warmup_cosine", "logger": "tensorboard"}
+    return [f"{group}={chosen[group]}" for group, default in defaults.items() if chosen.get(group, default) != default]
+
+
 def finetune_command(cfg: DictConfig, run: Path, bigger: str) -> str:
     """The closing summary's fine-tune line, safe to paste: the experiment's fine-tune recipe where it
     names one, else a short fine-tune at twice the size (one pass over at most 10k images, a fifth of
@@ -373,6 +438,7 @@ def finetune_command(cfg: DictConfig, run: Path, bigger: str) -> str:
         f"paths.log_dir={cfg.paths.log_dir}",
         *([f"data.root={cfg.data.root}"] if cfg.data.get("root") else []),
     ]
+    source += group_choices()
     if cfg.get("finetune_recipe"):
         return " ".join(["python train.py", f"experiment={cfg.finetune_recipe}", f"pos={cfg.pos.name}", *source])
     subset = ["data.train_subset=10000"] if "train_subset" in cfg.data else []

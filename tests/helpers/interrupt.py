@@ -75,3 +75,10 @@ class DieAtStep(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self.step and trainer.global_rank == self.rank:
             os._exit(1)
+
+
+class SignalWhenBuilt(L.Callback):
+    """Sends the signal as the run is set up (when the callbacks are built), before training starts."""
+
+    def __init__(self, signal_name: str = "SIGTERM"):
+        os.kill(os.getpid(), getattr(signal, signal_name))
