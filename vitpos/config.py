@@ -12,6 +12,11 @@ from .errors import ConfigError, VitposError
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"  # packaged with vitpos (pip install . keeps it)
 
 
+def to_container(value):
+    """A config node as plain Python (an int or a list stays as it is)."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
 def compose_train_config(overrides: list[str] = ()):
     """configs/train.yaml with `overrides`, as `python train.py <overrides>` would see it."""
     from hydra import compose, initialize_config_dir

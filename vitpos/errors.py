@@ -33,7 +33,7 @@ EXIT_PREEMPTED = 143  # 128 + SIGTERM, as a shell reports a process that SIGTERM
 
 
 class Preempted(Exception):
-    """Training stopped on SIGTERM after saving last.ckpt: not finished, exit EXIT_PREEMPTED."""
+    """Training stopped on SIGTERM (last.ckpt saved once a step was trained): not finished, exit EXIT_PREEMPTED."""
 
 
 def is_integer(value) -> bool:

@@ -4,8 +4,9 @@ converted to the new size with the scheme's resize rule."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from .config import to_container
 from .data import ImageDataModule
 from .errors import ConfigError
 from .model import VisionTransformer
@@ -80,8 +81,3 @@ def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[Visio
             f"{datamodule.num_classes} and {datamodule.in_chans}; pass the data it was trained on"
         )
     return model, checkpoint["hyper_parameters"]["model"]["img_size"]
-
-
-def to_container(value):
-    """A config node as plain Python (an int or a list stays as it is)."""
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value

@@ -22,10 +22,10 @@ from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from .callbacks import AtomicCheckpointIO, LastCheckpoint
-from .config import instantiate
+from .config import CONFIG_DIR, instantiate, to_container
 from .data import ImageDataModule
 from .errors import ConfigError, Preempted, RankLostError, check_setting, is_integer
-from .finetune import finetune_source, to_container
+from .finetune import finetune_source
 from .model import as_built, image_size
 from .module import ImageClassifier
 from .precision import bf16_supported, device_description, resolve_precision
@@ -130,7 +130,7 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
     if cfg.resume is True:
         candidates = sorted(
             Path(log_root, run_name).glob("version_*/checkpoints/last.ckpt"),
-            key=lambda p: int(p.parent.parent.name.removeprefix("version_")),
+            key=lambda p: version_of(p.parent.parent),
         )
         if not candidates:
             raise ConfigError(
@@ -148,11 +148,13 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
             f"cannot resume {path}: the config builds another model ({diff}); resume with the "
             f"run's original settings, or start a fresh run without resume"
         )
-    saved_config = run_dir(path) / "config.yaml" if run_dir(path) else None
-    if saved_config is not None and saved_config.is_file():
+    if run_dir(path) is None or not run_dir(path).name.startswith("version_"):
+        raise ConfigError(f"cannot resume {path}: expected a checkpoint under <run>/version_N/checkpoints/")
+    saved_config = run_dir(path) / "config.yaml"
+    if saved_config.is_file():
         saved = OmegaConf.load(saved_config)
         changed = [
-            f"{group}.{key}: {to_container(saved[group].get(key))} -> {value}"
+            f"{group}.{key}: {to_container(saved[group][key])} -> {value}"
             for group in TRAINING_SETTINGS
             if group in saved
             for key, value in to_container(cfg[group]).items()
@@ -163,8 +165,6 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
                 f"cannot resume {path}: its run trained with other settings ({', '.join(changed)}); resume with "
                 f"the run's own settings (its config.yaml), or start a fresh run"
             )
-    if run_dir(path) is None or not run_dir(path).name.startswith("version_"):
-        raise ConfigError(f"cannot resume {path}: expected a checkpoint under <run>/version_N/checkpoints/")
     return path
 
 
@@ -270,7 +270,7 @@ def trainer_config(cfg: DictConfig) -> dict:
 
 
 def start_run(
-    cfg: DictConfig, trainer: L.Trainer, module: ImageClassifier, datamodule: ImageDataModule, trained_size
+    cfg: DictConfig, trainer: L.Trainer, module: ImageClassifier, datamodule: ImageDataModule, trained_size, params: int
 ) -> None:
     """Rank 0, before fit: the HParams row, config.yaml, and the start line."""
     logger = trainer.logger
@@ -279,7 +279,6 @@ def start_run(
     grid = "x".join(map(str, module.model.grid))
     size_note = " | training sizes " + sizes_tag(datamodule.train_img_sizes) if is_mixed(datamodule) else ""
     source_note = " from " + datamodule.source if datamodule.source else ""
-    params = sum(p.numel() for p in module.model.parameters())
     print(
         f"vitpos: run {logger.log_dir} | pos={scheme_label(cfg.pos)} | {grid} grid "
         f"({size_tag(module.model.config['img_size'])}, patch {module.model.patch_size}){size_note} | "
@@ -308,6 +307,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule: ImageDataModule = instantiate(cfg.data)
     module, trained_size = build_module(cfg, datamodule)
     run_name = run_name_of(cfg, datamodule, module, trained_size)
+    params = sum(p.numel() for p in module.model.parameters())
     run_root = Path(cfg.paths.log_dir, *([cfg.experiment] if cfg.get("experiment") else []), run_name)
     resume_from = resume_checkpoint(cfg, run_root.parent, run_name, module) if cfg.resume else None
     first_rank = rank_zero_only.rank == 0  # the Trainer does not exist yet: the launcher's environment
@@ -333,7 +333,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
                 datamodule.prepare_data()  # missing data, a split that cannot fill a batch: before any training
             datamodule.setup("fit")
             if trainer.is_global_zero:
-                start_run(cfg, trainer, module, datamodule, trained_size)
+                start_run(cfg, trainer, module, datamodule, trained_size, params)
             started = time.perf_counter()
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
     except BaseException as error:
@@ -343,7 +343,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if reason is None:
             raise
         raise reason from None
-    return finish_run(cfg, trainer, module, datamodule, round(time.perf_counter() - started, 1))
+    return finish_run(cfg, trainer, module, datamodule, params, round(time.perf_counter() - started, 1))
 
 
 @contextlib.contextmanager
@@ -392,7 +392,12 @@ def stop_reason(error: BaseException, trainer: L.Trainer | None) -> Exception | 
 
 
 def finish_run(
-    cfg: DictConfig, trainer: L.Trainer, module: ImageClassifier, datamodule: ImageDataModule, fit_seconds: float
+    cfg: DictConfig,
+    trainer: L.Trainer,
+    module: ImageClassifier,
+    datamodule: ImageDataModule,
+    params: int,
+    fit_seconds: float,
 ) -> dict:
     """Test the best checkpoint, write results.json (the mark of a finished run: compare and the
     study scripts read it) and print the summary; return the metrics."""
@@ -405,7 +410,7 @@ def finish_run(
     log_dir = Path(trainer.logger.log_dir)
     metrics["checkpoint"] = best_path or str(log_dir / "checkpoints" / "last.ckpt")
     metrics["log_dir"] = str(log_dir)
-    metrics["params"] = sum(p.numel() for p in module.model.parameters())
+    metrics["params"] = params
     metrics["data_source"] = datamodule.source or datamodule.name
     metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
     # the run's one throughput figure (summary, results.json, compare): training images over the fit's
@@ -425,8 +430,17 @@ def group_choices() -> list[str]:
     if not HydraConfig.initialized():
         return []
     chosen = HydraConfig.get().runtime.choices
-    defaults = {"optim": "adamw", "scheduler": "warmup_cosine", "logger": "tensorboard"}
-    return [f"{group}={chosen[group]}" for group, default in defaults.items() if chosen.get(group, default) != default]
+    defaults = {
+        k: v
+        for entry in OmegaConf.load(CONFIG_DIR / "train.yaml").defaults
+        if OmegaConf.is_dict(entry)
+        for k, v in entry.items()
+    }
+    return [
+        f"{group}={chosen[group]}"
+        for group in ("optim", "scheduler", "logger")
+        if chosen.get(group, defaults[group]) != defaults[group]
+    ]
 
 
 def finetune_command(cfg: DictConfig, run: Path, bigger: str) -> str:
