@@ -116,3 +116,17 @@ def test_a_preempted_ddp_run_saves_and_every_rank_exits_with_the_preemption_stat
     assert len(lines) == 2 and all("SIGTERM at step 6: saved" in line for line in lines), lines
     last = next((tmp_path / "logs").rglob("last.ckpt"))
     assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 6
+
+
+def test_lines_of_processes_sharing_stderr_never_run_into_each_other():
+    """The ranks of a job share one stderr; with unbuffered streams (PYTHONUNBUFFERED, common in CI)
+    `print` writes the text and its newline apart, so two ranks' lines can join. `print_line` writes
+    each line whole."""
+    code = "from vitpos.errors import print_line\nfor _ in range(3000):\n    print_line('error: ' + 'x' * 50)\n"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    writers = " & ".join([f'"{sys.executable}" -c "$CODE"'] * 4)
+    result = subprocess.run(
+        ["bash", "-c", f"{writers}; wait"], env=dict(env, CODE=code), capture_output=True, text=True, timeout=120
+    )
+    lines = result.stderr.splitlines()
+    assert len(lines) == 4 * 3000 and set(lines) == {"error: " + "x" * 50}, result.stderr[:500]

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from vitpos.config import CONFIG_DIR, compose_train_config
 from vitpos.console import quiet_third_party
-from vitpos.errors import EXIT_PREEMPTED, ConfigError, Preempted, VitposError
+from vitpos.errors import EXIT_PREEMPTED, ConfigError, Preempted, VitposError, print_line
 from vitpos.errors import report as report_error
 from vitpos.finetune import finetune_config
 from vitpos.train import train
@@ -141,7 +141,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
     except VitposError as error:
         sys.exit(report_error(error))
     except Preempted as stop:
-        print(f"vitpos: pre-empted: {stop}", file=sys.stderr, flush=True)
+        print_line(f"vitpos: pre-empted: {stop}")
         sys.exit(EXIT_PREEMPTED)
     if os.environ.get(METRICS_FILE) and rank_zero_only.rank == 0:
         Path(os.environ[METRICS_FILE]).write_text(json.dumps(metrics))

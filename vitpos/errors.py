@@ -1,5 +1,6 @@
 """User-facing errors: `train.py` and the CLIs print their message as one line, no traceback."""
 
+import os
 import sys
 
 EXIT_USER_ERROR = 2
@@ -50,7 +51,21 @@ def check_setting(setting: str, value, valid: bool, must: str) -> None:
         raise ConfigError(f"{setting}={value!r} must {must}")
 
 
+def print_line(text: str) -> None:
+    """`text` and its newline to stderr in one write, so that the lines of processes sharing the
+    stream (the ranks of a DDP job) never run into each other."""
+    line = text + "\n"
+    try:
+        descriptor = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a file (captured, redirected in-process)
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        return
+    sys.stderr.flush()
+    os.write(descriptor, line.encode())
+
+
 def report(error: Exception) -> int:
     """Print `error` as the one `error:` line the CLIs show; return their exit status."""
-    print(f"error: {error}", file=sys.stderr)
+    print_line(f"error: {error}")
     return EXIT_USER_ERROR
