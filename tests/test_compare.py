@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
 from vitpos.compare import (
@@ -19,10 +20,12 @@ from vitpos.compare import (
     extrapolation_curves,
     extrapolation_table,
     group_runs,
+    markdown_table,
     model_key,
     transfer_curves,
 )
-from vitpos.runs import RESULTS_FILE
+from vitpos.config import compose_train_config
+from vitpos.runs import RESULTS_FILE, training_recipe
 from vitpos.train import train
 
 KEY = dict(
@@ -35,6 +38,7 @@ KEY = dict(
     lr=0.001,
     batch_size=8,
     budget="1 epochs",
+    recipe="optim=AdamW weight_decay=0.05 label_smoothing=0.1",
 )
 
 
@@ -59,9 +63,12 @@ def test_grouping_and_statistics_match_hand_computed_values():
         run_row("a", 2, 0.85, **{"test_acc@42px": 0.6}),
         run_row("b", 0, 0.70),
         dict(run_row("a", 3, 0.10), lr=0.1),  # another lr: another group, even with the same scheme
-        dict(run_row("a", 4, 0.20), train_sizes="20-28px"),
-    ]  # mixed-resolution training: another group
-    groups = {(g["pos"], g["lr"], g["train_sizes"]): g for g in group_runs(rows)}
+        dict(run_row("a", 4, 0.20), train_sizes="20-28px"),  # mixed-resolution training: another group
+        dict(run_row("a", 5, 0.30), recipe=KEY["recipe"] + " mixup_alpha=0.2"),  # another loss: another group
+    ]
+    groups = {(g["pos"], g["lr"], g["train_sizes"], g["recipe"]): g for g in group_runs(rows)}
+    assert len(groups) == 5 and len(group_runs(rows)) == 5
+    groups = {key[:3]: g for key, g in groups.items() if key[3] == KEY["recipe"]}
     assert set(groups) == {("a", 0.001, "-"), ("b", 0.001, "-"), ("a", 0.1, "-"), ("a", 0.001, "20-28px")}
     a = groups["a", 0.001, "-"]
     assert a["n"] == 3 and a["seeds"] == "0 1 2"
@@ -260,3 +267,42 @@ def test_a_run_saved_before_a_model_argument_existed_groups_with_its_default():
     older = {"dim": 128, "depth": 6}  # no drop_rate: built with its default, 0.0
     assert model_key(older) == model_key({**older, "drop_rate": 0.0})
     assert model_key(older) != model_key({**older, "drop_rate": 0.1})
+
+
+def test_the_table_names_the_lr_and_recipe_words_that_tell_its_rows_apart():
+    plain, mixup = run_row("a", 0, 0.8), dict(run_row("a", 1, 0.7), recipe=KEY["recipe"] + " mixup_alpha=0.2")
+    fast = dict(run_row("a", 2, 0.6), lr=0.01)
+    table = markdown_table(group_runs([plain, mixup, fast]), ["test_acc"])
+    header = [cell.strip() for cell in table.splitlines()[0].strip("|").split("|")]
+    assert "lr" in header and "recipe" in header
+    cells = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in table.splitlines()[2:]]
+    assert sorted((row["lr"], row["recipe"]) for row in cells) == [
+        ("0.001", "-"),
+        ("0.001", "mixup_alpha=0.2"),
+        ("0.01", "-"),
+    ]
+    same = markdown_table(group_runs([plain, run_row("b", 0, 0.5)]), ["test_acc"])
+    assert "recipe" not in same and "| lr |" not in same  # one lr, one recipe: no column for them
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["experiment=cifar10_study"], ["loss.mixup_alpha=0.2", "scheduler.warmup_steps=9", "optim.weight_decay=0.1"]],
+    ids=["study", "changed"],
+)
+def test_a_run_saved_with_every_setting_under_optim_has_the_recipe_of_its_equal_today(overrides):
+    """Runs saved before the optim/scheduler/loss config groups kept every setting under `optim:`
+    (AdamW implied, betas its default); compare groups them with today's runs of the same settings."""
+    today = OmegaConf.to_container(compose_train_config(overrides))
+    legacy = {key: value for key, value in today.items() if key not in ("scheduler", "loss")}
+    legacy["optim"] = {
+        "lr": today["optim"]["lr"],
+        "weight_decay": today["optim"]["weight_decay"],
+        "warmup_steps": today["scheduler"]["warmup_steps"],
+        "min_lr_ratio": today["scheduler"]["min_lr_ratio"],
+        **today["loss"],
+        "check_finite_every": today["check_finite_every"],
+    }
+    assert training_recipe(legacy) == training_recipe(today)
+    smoother = dict(today, loss=dict(today["loss"], label_smoothing=0.2))
+    assert training_recipe(smoother) != training_recipe(today)

@@ -20,6 +20,7 @@ from vitpos.console import quiet_third_party
 from vitpos.errors import EXIT_PREEMPTED, ConfigError, Preempted, VitposError, print_line
 from vitpos.errors import report as report_error
 from vitpos.finetune import finetune_config
+from vitpos.runs import LEGACY_OPTIM_KEYS
 from vitpos.train import train
 
 METRICS_FILE = "VITPOS_METRICS_FILE"  # set by a sweep for a job it runs as its own command
@@ -83,12 +84,7 @@ def sweep_variants(overrides: list[str], groups_only: bool = False) -> list[list
 # keys that moved when logger, callbacks, optimizer and schedule became config groups
 MOVED_KEYS = {
     "figures_at_end": "callbacks.figures=null to switch the figures off (they are on by default)",
-    "optim.warmup_steps": "scheduler.warmup_steps",
-    "optim.min_lr_ratio": "scheduler.min_lr_ratio",
-    "optim.label_smoothing": "loss.label_smoothing",
-    "optim.mixup_alpha": "loss.mixup_alpha",
-    "optim.cutmix_alpha": "loss.cutmix_alpha",
-    "optim.check_finite_every": "check_finite_every",
+    **{f"optim.{key}": f"{group}.{key}" if group else key for key, group in LEGACY_OPTIM_KEYS.items()},
 }
 
 

@@ -3,10 +3,12 @@
     python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare]
     (the folder may also be given as logdir=logs/)
 
-Runs that differ only by `seed` form one group; each group is one row with the number of runs
-`n` and the mean +- sample standard deviation of every accuracy: best and final validation, test,
-and the resolution-transfer accuracies that `vitpos.evaluate` logged into the run
-(`test_acc@42px`, `test_acc@42px/interpolate`, ...). Writes `compare.md` (the table),
+Runs that differ only by `seed` form one group (the same scheme, data, size, model, lr, batch,
+budget and recipe: optimizer, schedule, loss and augmentation settings); each group is one row
+with the number of runs `n` and the mean +- sample standard deviation of every accuracy: best
+and final validation, test, and the resolution-transfer accuracies that `vitpos.evaluate`
+logged into the run (`test_acc@42px`, `test_acc@42px/interpolate`, ...); the table names lr and
+the recipe words that tell its rows apart when they differ. Writes `compare.md` (the table),
 `compare.csv` (mean and std columns), `runs.csv` (one row per run), `compare.png` (accuracy
 per group, error bars of one std) and, when runs were evaluated at two or more sizes,
 `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
@@ -35,7 +37,7 @@ from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_DEFAULTS
 from .plots import pyplot
-from .runs import FUZZY_SUFFIX, RESULTS_FILE, budget, devices, scheme_label, sizes_tag
+from .runs import FUZZY_SUFFIX, RESULTS_FILE, budget, devices, scheme_label, sizes_tag, training_recipe
 
 DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
 GROUP_BY = (
@@ -49,6 +51,7 @@ GROUP_BY = (
     "lr",
     "batch_size",
     "budget",
+    "recipe",
 )
 ACCURACIES = ("test_acc", "val_acc_best", "val_acc_final")
 RESOLUTION_TAG = "resolution/test_acc"  # vitpos.evaluate: step = image height, suffix _<mode> if one was forced
@@ -110,6 +113,7 @@ def summarize(run: Path, root: Path) -> dict:
         lr=config["optim"]["lr"],
         batch_size=config["data"]["batch_size"] * devices(config["trainer"]),
         budget=budget(config["trainer"]),
+        recipe=training_recipe(config),
         seed=config["seed"],
         params=results.get("params", hparams.get("params", "")),
         val_acc_best=round(max(val_acc), 4) if val_acc else "",
@@ -360,10 +364,17 @@ def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
     keys = ["pos", "experiment", "data", "img_size", "train_sizes", "finetuned_from", "budget", "batch_size", "n"]
     if all(row["train_sizes"] == "-" for row in rows):
         keys.remove("train_sizes")
+    if len({str(row["lr"]) for row in rows}) > 1:
+        keys.insert(keys.index("batch_size"), "lr")
+    recipes = [row["recipe"].split() for row in rows]
+    shared = set.intersection(*map(set, recipes)) if recipes else set()
+    if any(set(words) != shared for words in recipes):  # the words that tell the rows' recipes apart
+        keys.insert(keys.index("n"), "recipe")
     header = [*keys, *accuracies, "images_per_s", "fit_minutes"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [str(row[c]) for c in keys]
+        shown = dict(row, recipe=" ".join(w for w in row["recipe"].split() if w not in shared) or "-")
+        cells = [str(shown[c]) for c in keys]
         cells += [_percent(row.get(f"{c}_mean", ""), row.get(f"{c}_std", "")) for c in accuracies]
         cells += [str(row["images_per_s"]), str(row["fit_minutes"])]
         lines.append("| " + " | ".join(cells) + " |")
