@@ -61,6 +61,11 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("loss.mixup_alpha=-1", "loss.mixup_alpha=-1 must be a non-negative number"),
     ("+loss.foo=1", "unknown loss setting.s. loss.foo; the loss takes loss.cutmix_alpha"),
     ("callbacks.last_checkpoint.every_n_steps=0", "callbacks.last_checkpoint.every_n_steps=0 must be a positive"),
+    ("callbacks.best_checkpoint.monitor=val/accuracy", "monitor='val/accuracy' is not a logged metric; use one of"),
+    (
+        "+callbacks.stop._target_=lightning.pytorch.callbacks.EarlyStopping +callbacks.stop.monitor=loss",
+        "callbacks.stop.monitor='loss' is not a logged metric; use one of train/loss",
+    ),
 ]
 
 

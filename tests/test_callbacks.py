@@ -9,6 +9,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from vitpos.module import ImageClassifier
 from vitpos.train import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -46,3 +47,12 @@ def test_best_test_over_epochs_is_the_max_of_the_epochs_and_leaves_the_run_uncha
         for flag in ("true", "false")
     ]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[1])
+
+
+def test_every_metric_a_monitor_may_name_is_logged_at_each_epoch(make_config, tiny_overrides):
+    """epoch_metric_names is what check_monitors accepts: each is in Lightning's callback metrics
+    after a run with a validation, so a monitor it lets through is one Lightning finds."""
+    one_epoch = ["trainer.max_steps=-1", "trainer.max_epochs=1", "test_after_fit=false"]
+    metrics = train(make_config([*tiny_overrides, *one_epoch]))
+    module = ImageClassifier(model=dict(pos="none", img_size=32, num_classes=4, in_chans=3))  # the synthetic data's
+    assert set(module.epoch_metric_names()) <= set(metrics)

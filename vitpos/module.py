@@ -190,6 +190,12 @@ class ImageClassifier(L.LightningModule):
             images = torch.empty(datamodule.batch_size, model.config["in_chans"], *model.config["img_size"])
         self.flops_per_batch = measure_flops(model, lambda: model(images), loss_fn=torch.Tensor.sum)
 
+    def epoch_metric_names(self) -> list[str]:
+        """The keys logged at every training and validation epoch's end: what a callback's `monitor`
+        can name (the training loss, logged per step too, also as Lightning's `train/loss_epoch`)."""
+        losses = ["train/loss", "train/loss_epoch", "val/loss"]
+        return [*losses, *self.train_metrics.keys(), *self.val_metrics.keys(), "val/acc_best"]
+
     def forward(self, images: Tensor) -> Tensor:
         return self.model(images)
 

@@ -179,6 +179,18 @@ def check_run_settings(cfg: DictConfig) -> None:
     )
 
 
+def check_monitors(callbacks: dict, module: ImageClassifier) -> None:
+    """A callback (by its name in `callbacks:`) that watches a metric (ModelCheckpoint, EarlyStopping)
+    names one the module logs: Lightning would find out at the first validation, with a traceback."""
+    logged = module.epoch_metric_names()
+    for name, callback in callbacks.items():
+        monitor = getattr(callback, "monitor", None)
+        if monitor is not None and monitor not in logged:
+            raise ConfigError(
+                f"callbacks.{name}.monitor={monitor!r} is not a logged metric; use one of {', '.join(logged)}"
+            )
+
+
 def check_writable(folder: Path) -> None:
     """Fail before training when the log folder cannot be written."""
     try:
@@ -325,7 +337,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     try:
         with sigterm_stops_the_run():  # until fit installs the per-step stop (LastCheckpoint)
             logger = instantiate(cfg.logger, save_dir=str(run_root.parent), name=run_name, version=version)
-            callbacks = [c for c in (instantiate(c) for c in cfg.callbacks.values() if c is not None) if c is not None]
+            built = {name: instantiate(c) for name, c in cfg.callbacks.items() if c is not None}
+            check_monitors(built, module)
+            callbacks = [c for c in built.values() if c is not None]  # a factory returns None when switched off
             trainer = instantiate(
                 trainer_config(cfg), logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()]
             )
