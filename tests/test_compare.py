@@ -306,3 +306,15 @@ def test_a_run_saved_with_every_setting_under_optim_has_the_recipe_of_its_equal_
     assert training_recipe(legacy) == training_recipe(today)
     smoother = dict(today, loss=dict(today["loss"], label_smoothing=0.2))
     assert training_recipe(smoother) != training_recipe(today)
+
+
+def test_a_run_logged_with_logger_csv_is_compared_from_its_metrics_csv(make_config, tiny_overrides, tmp_path):
+    two_epochs = ["trainer.max_steps=-1", "trainer.max_epochs=2", "logger=csv", "callbacks.figures=null"]
+    metrics = train(make_config([*tiny_overrides, *two_epochs]))
+    run = tmp_path / metrics["log_dir"]
+    assert not list(run.glob("events.out.tfevents*"))
+    (row,) = compare(tmp_path / "logs", out=tmp_path / "out")
+    assert row["n"] == 1 and row["test_acc_mean"] == pytest.approx(metrics["test/acc"], abs=1e-4)
+    assert row["val_acc_best_mean"] == pytest.approx(metrics["val/acc_best"], abs=1e-4)
+    (listed,) = csv.DictReader(open(tmp_path / "out" / "runs.csv"))
+    assert len(listed["val_acc_by_epoch"].split()) == 2 and listed["epochs_done"] == "2"

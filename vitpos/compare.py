@@ -1,4 +1,4 @@
-"""Compare finished runs from their TensorBoard event files, with seed statistics.
+"""Compare finished runs from their logged metrics (event files, or metrics.csv of logger=csv), with seed statistics.
 
     python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare]
     (the folder may also be given as logdir=logs/)
@@ -54,6 +54,7 @@ GROUP_BY = (
     "recipe",
 )
 ACCURACIES = ("test_acc", "val_acc_best", "val_acc_final")
+CSV_METRICS = "metrics.csv"  # logger=csv: Lightning's CSVLogger
 RESOLUTION_TAG = "resolution/test_acc"  # vitpos.evaluate: step = image height, suffix _<mode> if one was forced
 TRANSFER_PREFIX = "test_acc@"  # transfer columns: test_acc@<height>px, or test_acc@<height>px/<mode>
 
@@ -68,20 +69,37 @@ def parse_transfer_column(column: str) -> tuple[int, str]:
     return int(size.removesuffix("px")), mode
 
 
+def has_metrics(folder: Path) -> bool:
+    """Whether `folder` holds a run's logged metrics: TensorBoard event files or (logger=csv) metrics.csv."""
+    return (folder / CSV_METRICS).is_file() or any(folder.glob("events.out.tfevents*"))
+
+
 def run_folders(root: Path) -> list[Path]:
-    """Every finished run folder (train.py's results.json beside its event files) under `root`."""
-    return sorted(p.parent for p in root.rglob(RESULTS_FILE) if any(p.parent.glob("events.out.tfevents*")))
+    """Every finished run folder (train.py's results.json beside its logged metrics) under `root`."""
+    return sorted(p.parent for p in root.rglob(RESULTS_FILE) if has_metrics(p.parent))
 
 
 def unfinished_runs(root: Path) -> list[Path]:
-    """Run folders under `root` with training events but no results.json (still training, or stopped)."""
+    """Run folders under `root` with logged metrics but no results.json (still training, or stopped)."""
+    logs = [*root.rglob("events.out.tfevents*"), *root.rglob(CSV_METRICS)]
     return sorted(
-        {
-            p.parent
-            for p in root.rglob("events.out.tfevents*")
-            if p.parent.name.startswith("version_") and not (p.parent / RESULTS_FILE).is_file()
-        }
+        {p.parent for p in logs if p.parent.name.startswith("version_") and not (p.parent / RESULTS_FILE).is_file()}
     )
+
+
+def logged_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar a run logged, tag -> [(step, value)] in logging order: its TensorBoard event
+    files, and for a logger=csv run its metrics.csv (vitpos.evaluate writes event files either way)."""
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    events.Reload()
+    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    if (run / CSV_METRICS).is_file():
+        with open(run / CSV_METRICS, newline="") as f:
+            for row in csv.DictReader(f):  # one row per logging call, blank where a tag was not logged
+                for tag, value in row.items():
+                    if tag != "step" and value != "":
+                        scalars.setdefault(tag, []).append((int(row["step"]), float(value)))
+    return scalars
 
 
 def summarize(run: Path, root: Path) -> dict:
@@ -90,12 +108,10 @@ def summarize(run: Path, root: Path) -> dict:
     hparams_file = run / "hparams.yaml"
     hparams = yaml.safe_load(hparams_file.read_text()) if hparams_file.is_file() else {}
     results = json.loads((run / RESULTS_FILE).read_text())
-    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
-    events.Reload()
-    tags = set(events.Tags()["scalars"])
+    scalars = logged_scalars(run)
 
     def values(tag: str) -> list[float]:
-        return [event.value for event in events.Scalars(tag)] if tag in tags else []
+        return [value for _, value in scalars.get(tag, [])]
 
     val_acc, test_acc = values("val/acc"), values("test/acc")
     # the run's own figure (results.json); runs saved before it: the median of ThroughputMonitor's
@@ -129,9 +145,9 @@ def summarize(run: Path, root: Path) -> dict:
         fit_minutes=round(results["fit_seconds"] / 60, 2) if "fit_seconds" in results else "",
         run=str(run.relative_to(root)) if run != root else run.name,
     )
-    for tag in sorted(t for t in tags if t.startswith(RESOLUTION_TAG)):
+    for tag in sorted(t for t in scalars if t.startswith(RESOLUTION_TAG)):
         mode = tag.removeprefix(RESOLUTION_TAG).removeprefix("_")
-        latest = {event.step: event.value for event in events.Scalars(tag)}  # a re-evaluation replaces
+        latest = dict(scalars[tag])  # step -> value: a re-evaluation replaces
         for height, acc in sorted(latest.items()):
             row[transfer_column(height, mode)] = round(acc, 4)
     return row

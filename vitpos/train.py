@@ -504,6 +504,6 @@ def summary(cfg: DictConfig, metrics: dict) -> str:
         f"    python -m vitpos.evaluate ckpt={run} img_sizes={sizes}",
         f"    {finetune_command(cfg, run, bigger)}",
         f"    python -m vitpos.compare {root}",
-        f"    tensorboard --logdir {root}",
+        *([f"    tensorboard --logdir {root}"] if any(run.glob("events.out.tfevents*")) else []),
     ]
     return "\n".join(lines)
