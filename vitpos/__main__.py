@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
-from vitpos.config import CONFIG_DIR, compose_train_config
+from vitpos.config import CONFIG_DIR, compose_train_config, override_key
 from vitpos.console import quiet_third_party
 from vitpos.errors import EXIT_PREEMPTED, ConfigError, Preempted, VitposError, print_line
 from vitpos.errors import report as report_error
@@ -91,7 +91,7 @@ MOVED_KEYS = {
 def check_moved_keys(overrides: list[str]) -> None:
     """One line naming the new key for an override of a key that moved."""
     for override in overrides:
-        key = override.split("=", 1)[0].lstrip("+~")
+        key = override_key(override)
         if key in MOVED_KEYS:
             sys.exit(report_error(ConfigError(f"{key} is not a key; use {MOVED_KEYS[key]}")))
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError
@@ -28,3 +30,9 @@ def parse_options(argv: list[str], defaults: dict, doc: str, extra_keys=()) -> D
             f"unknown option(s) {', '.join(sorted(unknown))}; valid: {', '.join([*defaults, *sorted(extra_keys)])}"
         )
     return OmegaConf.merge(OmegaConf.create(defaults), options)
+
+
+def keyword_defaults(function) -> dict:
+    """`function`'s keyword arguments and their defaults: a CLI's options, kept with the function."""
+    parameters = inspect.signature(function).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}

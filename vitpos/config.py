@@ -17,6 +17,11 @@ def to_container(value):
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
+def override_key(override: str) -> str:
+    """The key a Hydra override sets: `a.b=1`, `+a.b=1`, `++a.b=1` and `~a.b` -> `a.b`."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def compose_train_config(overrides: list[str] = ()):
     """configs/train.yaml with `overrides`, as `python train.py <overrides>` would see it."""
     from hydra import compose, initialize_config_dir

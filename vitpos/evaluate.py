@@ -30,7 +30,7 @@ import torch
 from omegaconf import OmegaConf
 from torchmetrics.classification import MulticlassAccuracy
 
-from .cli import parse_options
+from .cli import keyword_defaults, parse_options
 from .config import data_config, instantiate
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
@@ -41,19 +41,6 @@ from .precision import bf16_supported
 from .resize import model_from_checkpoint, read_checkpoint
 from .runs import RESULTS_FILE, find_checkpoints, run_dir, run_label, size_tag
 
-DEFAULTS = dict(
-    ckpt=None,
-    img_sizes=[32, 48, 64],
-    resize_mode=None,
-    attn_temperature=None,
-    split="test",
-    limit=None,
-    batch_size=256,
-    data=None,
-    data_dir=None,
-    out="logs/evaluate",
-    device="auto",
-)
 BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
 
 
@@ -250,7 +237,8 @@ def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, lim
 
 def main(argv: list[str]) -> int:
     try:
-        options = parse_options(argv, DEFAULTS, __doc__)
+        defaults = dict(ckpt=None, img_sizes=[32, 48, 64], **keyword_defaults(evaluate))
+        options = parse_options(argv, defaults, __doc__)
         if not options.ckpt:
             raise ConfigError(
                 "pass ckpt=<checkpoint, run folder or log root>, e.g. "

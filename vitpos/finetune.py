@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from .config import to_container
+from .config import override_key, to_container
 from .data import ImageDataModule
 from .errors import ConfigError
 from .model import VisionTransformer
@@ -24,7 +24,7 @@ def finetune_config(cfg):
     if not cfg.get("finetune_from") or not HydraConfig.initialized():
         return cfg
     overrides = list(HydraConfig.get().overrides.task)
-    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    keys = [override_key(o) for o in overrides]
     checkpoint = read_checkpoint(cfg.finetune_from)
     refuse_architecture_overrides(cfg, keys, checkpoint["hyper_parameters"]["model"])
     if any(key in ("data", "experiment") for key in keys):
