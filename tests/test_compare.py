@@ -20,8 +20,10 @@ from vitpos.compare import (
     extrapolation_curves,
     extrapolation_table,
     group_runs,
+    mark_differences,
     markdown_table,
     model_key,
+    training_setting,
     transfer_curves,
 )
 from vitpos.config import compose_train_config
@@ -318,3 +320,19 @@ def test_a_run_logged_with_logger_csv_is_compared_from_its_metrics_csv(make_conf
     assert row["val_acc_best_mean"] == pytest.approx(metrics["val/acc_best"], abs=1e-4)
     (listed,) = csv.DictReader(open(tmp_path / "out" / "runs.csv"))
     assert len(listed["val_acc_by_epoch"].split()) == 2 and listed["epochs_done"] == "2"
+
+
+def test_chart_labels_name_the_lr_and_recipe_words_that_tell_groups_apart():
+    adamw = KEY["recipe"]  # optim=AdamW weight_decay=0.05 label_smoothing=0.1
+    rows = group_runs(
+        [run_row("a", 0, 0.8), dict(run_row("a", 1, 0.7), lr=0.01), dict(run_row("a", 2, 0.6), recipe="optim=SGD")]
+    )
+    mark_differences(rows)
+    assert sorted(" ".join(training_setting(row)) for row in rows) == [
+        f"trained at 28px lr=0.001 {adamw}",
+        "trained at 28px lr=0.001 optim=SGD",
+        f"trained at 28px lr=0.01 {adamw}",
+    ]
+    alike = group_runs([run_row("a", 0, 0.8), run_row("b", 0, 0.7)])
+    mark_differences(alike)
+    assert [training_setting(row) for row in alike] == [["trained at 28px"]] * 2  # nothing tells them apart

@@ -212,6 +212,8 @@ def compare(
     rows.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), -(r["test_acc_mean"] or 0)))
     out = Path(out) if out else root / "compare"
     out.mkdir(parents=True, exist_ok=True)
+    mark_differences(rows)
+    mark_differences(runs)
     table = markdown_table(rows, accuracy_columns(runs))
     (out / "compare.md").write_text(table)
     _write_csv(out / "compare.csv", rows)
@@ -236,10 +238,12 @@ def compare(
 
 
 def training_setting(row: dict) -> list[str]:
-    """How a group was trained, for the charts' labels: its size(s), and what it was fine-tuned from."""
+    """How a group was trained, for the charts' labels: its size(s), what it was fine-tuned from,
+    and the settings that tell it apart from the other groups (`differs`)."""
     sizes = row["train_sizes"] if row["train_sizes"] != "-" else f"{row['img_size']}px"
     finetuned = row["finetuned_from"] not in ("", "-")
-    return [f"trained at {sizes}", *([f"fine-tuned from {row['finetuned_from']}"] if finetuned else [])]
+    setting = [f"trained at {sizes}", *([f"fine-tuned from {row['finetuned_from']}"] if finetuned else [])]
+    return setting + row.get("differs", "").split()
 
 
 def transfer_points(row: dict) -> dict[str, list[tuple[int, float, float]]]:
@@ -374,6 +378,21 @@ def epoch_curves(runs: list[dict]) -> list[dict]:
     return sorted(curves, key=lambda c: -c["means"][-1])
 
 
+def recipe_differences(rows: list[dict]) -> list[list[str]]:
+    """Each row's recipe words that not every row shares: what tells the rows' recipes apart."""
+    recipes = [row["recipe"].split() for row in rows]
+    shared = set.intersection(*map(set, recipes)) if recipes else set()
+    return [[word for word in words if word not in shared] for words in recipes]
+
+
+def mark_differences(rows: list[dict]) -> None:
+    """Set each row's `differs`: its lr (when the rows' lrs differ) and recipe words that tell it
+    apart from the other rows, for the charts' labels and the CSV files ("" when nothing does)."""
+    lrs_differ = len({str(row["lr"]) for row in rows}) > 1
+    for row, recipe in zip(rows, recipe_differences(rows)):
+        row["differs"] = " ".join([*([f"lr={row['lr']}"] if lrs_differ else []), *recipe])
+
+
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
     """Accuracies in percent as `mean +- std`; columns no row has are left out."""
     accuracies = [c for c in accuracies if any(r.get(f"{c}_mean", "") != "" for r in rows)]
@@ -382,14 +401,13 @@ def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
         keys.remove("train_sizes")
     if len({str(row["lr"]) for row in rows}) > 1:
         keys.insert(keys.index("batch_size"), "lr")
-    recipes = [row["recipe"].split() for row in rows]
-    shared = set.intersection(*map(set, recipes)) if recipes else set()
-    if any(set(words) != shared for words in recipes):  # the words that tell the rows' recipes apart
+    recipes = recipe_differences(rows)
+    if any(recipes):
         keys.insert(keys.index("n"), "recipe")
     header = [*keys, *accuracies, "images_per_s", "fit_minutes"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in rows:
-        shown = dict(row, recipe=" ".join(w for w in row["recipe"].split() if w not in shared) or "-")
+    for row, recipe in zip(rows, recipes):
+        shown = dict(row, recipe=" ".join(recipe) or "-")
         cells = [str(shown[c]) for c in keys]
         cells += [_percent(row.get(f"{c}_mean", ""), row.get(f"{c}_std", "")) for c in accuracies]
         cells += [str(row["images_per_s"]), str(row["fit_minutes"])]
