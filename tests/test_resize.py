@@ -497,6 +497,38 @@ def test_evaluate_best_chooses_on_validation_and_tests_only_the_choice(scheme_ck
     ] * 2
 
 
+def test_evaluate_all_gives_every_conversion_the_numbers_and_tag_of_its_own_command(
+    scheme_ckpts, real_run_copy, tmp_path
+):
+    """resize_mode=all: each (mode, temperature) pair of the scheme on the split, each the accuracy
+    the same conversion forced in its own command gets, and logged under that command's tag."""
+    options = ["img_sizes=[32,48]", "batch_size=64", "limit=64"]
+    assert (
+        evaluate_main([f"ckpt={scheme_ckpts['2d_sin']}", "resize_mode=all", *options, f"out={tmp_path / 'all'}"]) == 0
+    )
+    rows = read_csv(tmp_path / "all" / "resolution.csv")
+    pairs = [(mode, t) for mode in get_pos_class("2d_sin").resize_modes for t in ("none", "log")]
+    assert sorted((r["img_size"], r["resize_mode"], r["attn_temperature"]) for r in rows) == sorted(
+        (size, mode, t) for size in ("32px", "48px") for mode, t in pairs
+    )
+    for mode, t in [("ntk", "log"), ("extrapolate", "none")]:
+        out = tmp_path / f"{mode}_{t}"
+        forced = [f"resize_mode={mode}", f"attn_temperature={t}"]
+        assert evaluate_main([f"ckpt={scheme_ckpts['2d_sin']}", *forced, *options, f"out={out}"]) == 0
+        alone = {r["img_size"]: r["acc"] for r in read_csv(out / "resolution.csv")}
+        together = {r["img_size"]: r["acc"] for r in rows if (r["resize_mode"], r["attn_temperature"]) == (mode, t)}
+        assert together == alone
+    table = (tmp_path / "all" / "resolution.md").read_text().splitlines()
+    assert "conversion" in table[0] and len(table) == 2 + len(pairs)  # a row per conversion
+
+    run = real_run_copy.parents[1]
+    assert evaluate_main([f"ckpt={real_run_copy}", "resize_mode=all", *options, f"out={tmp_path / 'run'}"]) == 0
+    events = EventAccumulator(str(run))
+    events.Reload()
+    logged = {tag for tag in events.Tags()["scalars"] if tag.startswith("resolution/")}
+    assert logged == {f"resolution/test_acc_{mode}_t{t}" for mode, t in pairs}
+
+
 def test_a_limited_evaluation_draws_every_class_of_a_split_stored_class_by_class():
     labels = torch.arange(10).repeat_interleave(100)  # an image tree's order: class by class
     mask = subset_mask(len(labels), 50)

@@ -7,14 +7,15 @@ mode, `attn_temperature=log` scales the logits by log N / log N_train) and evalu
 split (`split=val` for validation); images are resized from the dataset's native resolution
 (bicubic) and the patch size stays fixed. `resize_mode=best` tries every mode of the scheme with
 and without the temperature (unless `attn_temperature=` is given) on the validation split, prints
-the best per size and evaluates only that one on `split`, which thus plays no part in the choice.
+the best per size and evaluates only that one on `split`, which thus plays no part in the choice;
+`resize_mode=all` evaluates every one of those conversions on `split` (a line each).
 Writes `resolution.md`, `resolution.csv` and `resolution.png` (accuracy vs resolution, one line per
 checkpoint) to `out=`, and logs `resolution/<split>_acc` (step = image height) into each
 checkpoint's TensorBoard run.
 
 Options (key=value): ckpt (a path or a list [a,b]; a folder means the latest best-*.ckpt of every
 run under it, or last.ckpt where a run has no best), img_sizes (ints or [H,W] pairs), resize_mode
-(a mode of the scheme, or best), attn_temperature (none or log; default: the checkpoint's), split,
+(a mode of the scheme, best or all), attn_temperature (none or log; default: the checkpoint's), split,
 limit (this many images of the split, drawn at random with seed 0: the same ones every time),
 batch_size, data (a configs/data name, instead of the checkpoint's own data config), data_dir
 (override the dataset root), out, device.
@@ -42,6 +43,7 @@ from .resize import model_from_checkpoint, read_checkpoint
 from .runs import RESULTS_FILE, find_checkpoints, run_dir, run_label, size_tag
 
 BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
+ALL = "all"  # resize_mode=all: every conversion, each evaluated on the split
 
 
 def subset_mask(size: int, limit: int | None) -> torch.Tensor | None:
@@ -78,8 +80,8 @@ def accuracy(model, datamodule, split: str, device: torch.device, limit: int | N
 
 def conversions(pos: str, resize_mode, attn_temperature) -> list[tuple]:
     """The (resize_mode, attn_temperature) pairs to evaluate a checkpoint of scheme `pos` with:
-    the given pair, or under `resize_mode=best` every mode of the scheme with each temperature."""
-    if resize_mode != BEST:
+    the given pair, or under `resize_mode=best` / `all` every mode of the scheme with each temperature."""
+    if resize_mode not in (BEST, ALL):
         return [(resize_mode, attn_temperature)]
     temperatures = [attn_temperature] if attn_temperature is not None else list(ATTN_TEMPERATURES)
     return [(mode, temperature) for mode in get_pos_class(pos).resize_modes or (None,) for temperature in temperatures]
@@ -124,6 +126,15 @@ def evaluate(
         for size in sizes:
             datamodule.img_size = size
             chosen, note = candidates[0], ""
+            if resize_mode == ALL:
+                for mode, temperature in candidates:
+                    model = model_from_checkpoint(checkpoint, size, mode, temperature).to(device)
+                    rows.append(
+                        evaluate_one(
+                            model, path, trained, datamodule, split, device, limit, writer, (mode, temperature)
+                        )
+                    )
+                continue
             if len(candidates) > 1:
                 val_accs = {
                     (mode, temperature): accuracy(
@@ -140,30 +151,43 @@ def evaluate(
                     f"  (best of {len(candidates)} on val: {conversion_label(*chosen)}, val acc {val_accs[chosen]:.4f})"
                 )
             model = model_from_checkpoint(checkpoint, size, *chosen).to(device)  # the file is read once
-            acc = accuracy(model, datamodule, split, device, limit)
-            row = dict(
-                run=run_label(path),
-                pos=trained["pos"],
-                trained_at=size_tag(trained["img_size"]),
-                img_size=size_tag(size),
-                resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),
-                attn_temperature=model.config["attn_temperature"],
-                chosen_on="val" if len(candidates) > 1 else "",
-                split=split,
-                acc=round(acc, 4),
-                checkpoint=str(path),
-            )
-            rows.append(row)
-            print(f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}  {split} acc {acc:.4f}{note}", flush=True)
-            if writer is not None:
-                # a forced conversion gets its own tag, so every conversion of one checkpoint stays readable
-                suffix = "_".join(filter(None, [resize_mode, attn_temperature and f"t{attn_temperature}"]))
-                tag = f"resolution/{split}_acc" + (f"_{suffix}" if suffix else "")
-                writer.add_scalar(tag, acc, global_step=size[0])
+            forced = None if resize_mode == BEST else (resize_mode, attn_temperature)
+            row = evaluate_one(model, path, trained, datamodule, split, device, limit, writer, forced, note)
+            rows.append(dict(row, chosen_on="val" if len(candidates) > 1 else ""))
         if writer is not None:
             writer.close()
-    write_outputs(rows, sizes, Path(out), limit)
+    write_outputs(rows, sizes, Path(out), limit, by_conversion=resize_mode == ALL)
     return rows
+
+
+def evaluate_one(model, path: Path, trained: dict, datamodule, split, device, limit, writer, forced, note="") -> dict:
+    """One converted model (of checkpoint `path`, trained with model arguments `trained`) on `split`:
+    its row of resolution.csv, printed, and its accuracy logged into the run; a conversion the user
+    forced (`forced`: the resize_mode and attn_temperature asked for) gets its own tag, so every
+    conversion of one checkpoint stays readable."""
+    acc = accuracy(model, datamodule, split, device, limit)
+    size = model.config["img_size"]
+    row = dict(
+        run=run_label(path),
+        pos=trained["pos"],
+        trained_at=size_tag(trained["img_size"]),
+        img_size=size_tag(size),
+        resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),
+        attn_temperature=model.config["attn_temperature"],
+        chosen_on="",
+        split=split,
+        acc=round(acc, 4),
+        checkpoint=str(path),
+    )
+    conversion = f" {conversion_label(row['resize_mode'], row['attn_temperature'])}" if forced else ""
+    print(
+        f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}{conversion}  {split} acc {acc:.4f}{note}", flush=True
+    )
+    if writer is not None:
+        mode, temperature = forced or (None, None)
+        suffix = "_".join(filter(None, [mode, temperature and f"t{temperature}"]))
+        writer.add_scalar(f"resolution/{split}_acc" + (f"_{suffix}" if suffix else ""), acc, global_step=size[0])
+    return row
 
 
 def conversion_label(mode, temperature) -> str:
@@ -189,9 +213,12 @@ def _tensorboard_writer(path: Path):
     return SummaryWriter(log_dir=str(run), filename_suffix=".resolution")
 
 
-def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, limit: int | None = None) -> None:
+def write_outputs(
+    rows: list[dict], sizes: list[tuple[int, int]], out: Path, limit: int | None = None, by_conversion: bool = False
+) -> None:
     """resolution.csv (one row per checkpoint and size), resolution.md (one row per checkpoint,
-    one column per size) and resolution.png (accuracy vs resolution, one line per checkpoint)."""
+    one column per size) and resolution.png (accuracy vs resolution, one line per checkpoint);
+    `by_conversion` (resize_mode=all): a row and a line per checkpoint and conversion."""
     plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "resolution.csv", "w", newline="") as f:
@@ -199,13 +226,22 @@ def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, lim
         writer.writeheader()
         writer.writerows(rows)
     tags = [size_tag(size) for size in sizes]
-    runs = list(dict.fromkeys(row["run"] for row in rows))
-    by_run = {run: {row["img_size"]: row for row in rows if row["run"] == run} for run in runs}
-    lines = ["| run | pos | trained at | " + " | ".join(tags) + " |", "|---|---|---|" + "---:|" * len(tags)]
+
+    def convert(row: dict) -> str:
+        return conversion_label(row["resize_mode"], row["attn_temperature"]) if by_conversion else ""
+
+    runs = list(dict.fromkeys((row["run"], convert(row)) for row in rows))
+    by_run = {run: {row["img_size"]: row for row in rows if (row["run"], convert(row)) == run} for run in runs}
+    conversion_head = ("conversion | ", "---|") if by_conversion else ("", "")
+    lines = [
+        f"| run | pos | trained at | {conversion_head[0]}" + " | ".join(tags) + " |",
+        f"|---|---|---|{conversion_head[1]}" + "---:|" * len(tags),
+    ]
     for run in runs:
         first = next(iter(by_run[run].values()))
         accs = " | ".join(f"{100 * by_run[run][t]['acc']:.2f}" for t in tags)
-        lines.append(f"| {run} | {first['pos']} | {first['trained_at']} | {accs} |")
+        conversion = f"{run[1]} | " if by_conversion else ""
+        lines.append(f"| {run[0]} | {first['pos']} | {first['trained_at']} | {conversion}{accs} |")
     (out / "resolution.md").write_text("\n".join(lines) + "\n")
 
     figure, axes = plt.subplots(figsize=(8, 5))
@@ -220,7 +256,7 @@ def write_outputs(rows: list[dict], sizes: list[tuple[int, int]], out: Path, lim
             marker="o",
             color=colors[index % 10],
             linestyle=styles[index // 10 % 4],
-            label=f"{first['pos']} ({run})",
+            label=f"{first['pos']} ({' '.join(filter(None, run))})",
         )
     axes.set_xticks(heights, tags)
     axes.set_xlabel("evaluation resolution")
