@@ -9,8 +9,9 @@
 #   bash scripts/study.sh fuzzy      # FUZZY_SCHEMES x SEEDS trained with fuzzy positions (pos.fuzzy=true),
 #                                    # evaluated as `runs` evaluates
 #   bash scripts/study.sh extrapolation  # every finished run of `runs`, `fuzzy`, `mixed` at EXTRAP_SIZES (1x..3x) with
-#                                    # every resize mode of its scheme, each without and with attn_temperature=log,
-#                                    # on EXTRAP_LIMIT test images (default 2000, the same random ones every time)
+#                                    # every resize mode of its scheme, each without and with attn_temperature=log
+#                                    # (evaluate resize_mode=all), on EXTRAP_LIMIT test images (default 2000, the
+#                                    # same random ones every time)
 #   bash scripts/study.sh tables     # docs/results/<study>*/ from the logs, and the logs' light files
 #                                    # (no checkpoints) archived to docs/results/study_logs/
 #   bash scripts/study.sh all        # seed by seed: runs, fuzzy, (cifar10) mixed, extrapolation, finetune; then tables
@@ -120,34 +121,19 @@ fuzzy() {
   done
 }
 
-extrapolation() {  # each conversion into <version>/extrapolation/<mode>[_tlog]/ (TensorBoard: resolution/test_acc[_<mode>][_tlog])
-  local seed pos run version mode temperature label
-  declare -A modes    # every scheme's resize modes, asked once
-  eval "$(python - << 'EOF'
-from vitpos.pos import get_pos_class, list_pos
-for name in list_pos():
-    print(f'modes[{name}]="{" ".join(get_pos_class(name).resize_modes)}"')
-EOF
-)"
+extrapolation() {  # every conversion of a run into <version>/extrapolation/ (TensorBoard: resolution/test_acc_[<mode>_]t<temperature>)
+  local seed run version
   for seed in ${SEEDS//,/ }; do
     for run in $(for pos in ${SCHEMES//,/ }; do echo "$STUDY/${pos}_${RUN_TAG}_seed$seed"; done) \
                $(for pos in ${FUZZY_SCHEMES//,/ }; do echo "$STUDY/${pos}_fuzzy_${RUN_TAG}_seed$seed"; done) \
                $(for sizes in "${MIXED_LISTS[@]}"; do for pos in ${MIXED_SCHEMES//,/ }; do
                    echo "$STUDY/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed"; done; done); do
       finished "$run" || continue
-      pos=$(basename "$run"); pos=${pos%%_fuzzy_*}; pos=${pos%%_"${RUN_TAG}"_*}
       version=$(dirname "$(dirname "$(best "$run")")")
-      for mode in ${modes[$pos]:-default}; do    # default: a scheme with nothing to resize
-        for temperature in none log; do
-          label=$mode$([ $temperature = log ] && echo _tlog || true)
-          [ -f "$version/extrapolation/$label/resolution.csv" ] && continue
-          say "extrapolate $version ($label, $EXTRAP_SIZES)"
-          # shellcheck disable=SC2046  # no resize_mode argument for the default mode
-          python -m vitpos.evaluate ckpt="$(best "$run")" img_sizes="$EXTRAP_SIZES" attn_temperature=$temperature \
-            limit="$EXTRAP_LIMIT" \
-            out="$version/extrapolation/$label" $([ "$mode" = default ] || echo "resize_mode=$mode")
-        done
-      done
+      [ -f "$version/extrapolation/resolution.csv" ] && continue
+      say "extrapolate $version (every conversion, $EXTRAP_SIZES)"
+      python -m vitpos.evaluate ckpt="$(best "$run")" img_sizes="$EXTRAP_SIZES" resize_mode=all \
+        limit="$EXTRAP_LIMIT" out="$version/extrapolation"
     done
   done
 }
