@@ -139,9 +139,21 @@ def hydra_main(cfg: DictConfig) -> float | None:
     except Preempted as stop:
         print_line(f"vitpos: pre-empted: {stop}")
         sys.exit(EXIT_PREEMPTED)
+    finally:
+        end_process_group()
     if os.environ.get(METRICS_FILE) and rank_zero_only.rank == 0:
         Path(os.environ[METRICS_FILE]).write_text(json.dumps(metrics))
     return metrics.get("val/acc_best")
+
+
+def end_process_group() -> None:
+    """Destroy a DDP run's process group before the interpreter exits: Gloo's worker threads, left
+    to the interpreter's finalization, abort the process now and then (SIGABRT, `terminate called
+    without an active exception`), which the launcher reports as a failed job."""
+    import torch.distributed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
