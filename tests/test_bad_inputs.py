@@ -63,6 +63,10 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("callbacks.last_checkpoint.every_n_steps=0", "callbacks.last_checkpoint.every_n_steps=0 must be a positive"),
     ("callbacks.best_checkpoint.monitor=val/accuracy", "monitor='val/accuracy' is not a logged metric; use one of"),
     (
+        "callbacks.best_checkpoint.monitor=val/loss",
+        "mode='max' keeps the worst one; add callbacks.best_checkpoint.mode=min",
+    ),
+    (
         "+callbacks.stop._target_=lightning.pytorch.callbacks.EarlyStopping +callbacks.stop.monitor=loss",
         "callbacks.stop.monitor='loss' is not a logged metric; use one of train/loss",
     ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -20,6 +21,7 @@ from vitpos.compare import (
     extrapolation_curves,
     extrapolation_table,
     group_runs,
+    latest_per_seed,
     mark_differences,
     markdown_table,
     model_key,
@@ -27,7 +29,7 @@ from vitpos.compare import (
     transfer_curves,
 )
 from vitpos.config import compose_train_config
-from vitpos.runs import RESULTS_FILE, training_recipe
+from vitpos.runs import RESULTS_FILE, conversion_suffix, training_recipe
 from vitpos.train import train
 
 KEY = dict(
@@ -54,6 +56,7 @@ def run_row(pos: str, seed: int, test_acc, **extra) -> dict:
         val_acc_final=test_acc,
         images_per_s=100,
         fit_minutes=1.0,
+        finished="2026-01-01T00:00:00",
         **extra,
     )
 
@@ -103,6 +106,8 @@ def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
             "test_acc@44px": acc44,
             "test_acc@28px/interpolate": acc28,
             "test_acc@44px/interpolate": acc44_interpolated,
+            "test_acc@28px/ntk_tlog": acc28,  # the extrapolation grid: its own chart, not a transfer curve
+            "test_acc@44px/ntk_tlog": 0.1,
         }
 
     rows = [
@@ -131,12 +136,14 @@ def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
 
 
 def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_best():
-    def at(ntk32, ntk64, tlog64):
+    def at(ntk32, ntk64, tlog64, mode="ntk"):  # the columns of evaluate's tags (resize_mode=all)
+        none, log = conversion_suffix(mode, "none"), conversion_suffix(mode, "log")
         return {
-            "test_acc@32px/ntk": ntk32,
-            "test_acc@64px/ntk": ntk64,
-            "test_acc@32px/ntk_tlog": ntk32,
-            "test_acc@64px/ntk_tlog": tlog64,
+            f"test_acc@32px/{none}": ntk32,
+            f"test_acc@64px/{none}": ntk64,
+            f"test_acc@32px/{log}": ntk32,
+            f"test_acc@64px/{log}": tlog64,
+            "test_acc@64px/interpolate": 0.99,  # a transfer evaluation: not part of the extrapolation grid
         }
 
     rows = group_runs(
@@ -148,7 +155,7 @@ def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_b
                 "none",
                 0,
                 0.6,
-                **{"test_acc@32px": 0.6, "test_acc@64px": 0.3, "test_acc@32px/tlog": 0.6, "test_acc@64px/tlog": 0.35},
+                **{"test_acc@64px": 0.9, **at(0.6, 0.3, 0.35, mode=None)},
             ),
             dict(run_row("2d_sin", 0, 0.8, **at(0.8, 0.7, 0.72)), train_sizes="32-48-64px"),
             run_row("cpe", 0, 0.7, **{"test_acc@32px": 0.7, "test_acc@64px": 0.4}),
@@ -336,3 +343,24 @@ def test_chart_labels_name_the_lr_and_recipe_words_that_tell_groups_apart():
     alike = group_runs([run_row("a", 0, 0.8), run_row("b", 0, 0.7)])
     mark_differences(alike)
     assert [training_setting(row) for row in alike] == [["trained at 28px"]] * 2  # nothing tells them apart
+
+
+def test_a_seed_run_twice_counts_once_the_latest():
+    first, again = run_row("a", 0, 0.5, run="a/version_0"), run_row("a", 0, 0.7, run="a/version_1")
+    again["finished"] = "2026-01-02T00:00:00"
+    other = run_row("a", 1, 0.9, run="a1/version_0")
+    kept, left_out = latest_per_seed([first, again, other])
+    assert kept == [again, other] and left_out == [first]
+    (group,) = group_runs(kept)
+    assert group["n"] == 2 and group["seeds"] == "0 1" and group["test_acc_mean"] == pytest.approx(0.8)
+
+
+def test_compare_leaves_out_the_earlier_run_of_a_repeated_seed(three_runs, tmp_path, capsys):
+    logs = tmp_path / "logs"
+    earlier = tmp_path / three_runs[0]["log_dir"]
+    shutil.copytree(earlier, earlier.parent / "version_9")
+    os.utime(earlier / RESULTS_FILE, (1_000_000_000, 1_000_000_000))  # the copy is the later run
+    rows = compare(logs, out=tmp_path / "out")
+    assert sorted((row["pos"], row["n"], row["seeds"]) for row in rows) == [("none", 2, "0 1"), ("rel_bias", 1, "0")]
+    note = "left out 1 earlier run(s) of a seed that their group has again (the latest counts): "
+    assert note + str(earlier.relative_to(logs)) in capsys.readouterr().out

@@ -4,19 +4,20 @@
     (the folder may also be given as logdir=logs/)
 
 Runs that differ only by `seed` form one group (the same scheme, data, size, model, lr, batch,
-budget and recipe: optimizer, schedule, loss and augmentation settings); each group is one row
-with the number of runs `n` and the mean +- sample standard deviation of every accuracy: best
-and final validation, test, and the resolution-transfer accuracies that `vitpos.evaluate`
-logged into the run (`test_acc@42px`, `test_acc@42px/interpolate`, ...); the table names lr and
-the recipe words that tell its rows apart when they differ. Writes `compare.md` (the table),
-`compare.csv` (mean and std columns), `runs.csv` (one row per run), `compare.png` (accuracy
-per group, error bars of one std) and, when runs were evaluated at two or more sizes,
-`transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
-setting and resize mode) and `epochs.png` (validation accuracy per epoch, one line per group) to
-`out`; when runs were also evaluated with the attention temperature (`scripts/study.sh
+budget and recipe: optimizer, schedule, loss and augmentation settings); a seed run twice counts
+once, its latest run. Each group is one row with the number of runs `n` and the mean +- sample
+standard deviation of every accuracy: best and final validation, test, and the
+resolution-transfer accuracies that `vitpos.evaluate` logged into the run (`test_acc@42px`,
+`test_acc@42px/interpolate`, ...); the table names lr and the recipe words that tell its rows
+apart when they differ. Writes to `out`: `compare.md` (the table), `compare.csv` (mean and std
+columns), `runs.csv` (one row per run), `compare.png` (accuracy per group, error bars of one
+std), `epochs.png` (validation accuracy per epoch, one line per group) when runs validated more
+than once, `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per
+training setting and resize mode) when runs were evaluated at two or more sizes, and, for
+evaluations that asked for an attention temperature (`resize_mode=all`, `scripts/study.sh
 extrapolation`), `extrapolation.md` (every conversion at every size, the best per scheme and size
 in bold) and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained
-twins in the same panel). A run counts once it has finished (`results.json`).
+twins in the same panel) instead of table columns. A run counts once it has finished (`results.json`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import csv
 import json
 import statistics
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -37,7 +39,16 @@ from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_DEFAULTS
 from .plots import pyplot
-from .runs import FUZZY_SUFFIX, RESULTS_FILE, budget, devices, scheme_label, sizes_tag, training_recipe
+from .runs import (
+    FUZZY_SUFFIX,
+    RESULTS_FILE,
+    budget,
+    devices,
+    parse_conversion_suffix,
+    scheme_label,
+    sizes_tag,
+    training_recipe,
+)
 
 DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
 GROUP_BY = (
@@ -143,6 +154,7 @@ def summarize(run: Path, root: Path) -> dict:
         if speeds
         else "",
         fit_minutes=round(results["fit_seconds"] / 60, 2) if "fit_seconds" in results else "",
+        finished=datetime.fromtimestamp((run / RESULTS_FILE).stat().st_mtime).isoformat(timespec="seconds"),
         run=str(run.relative_to(root)) if run != root else run.name,
     )
     for tag in sorted(t for t in scalars if t.startswith(RESOLUTION_TAG)):
@@ -151,6 +163,16 @@ def summarize(run: Path, root: Path) -> dict:
         for height, acc in sorted(latest.items()):
             row[transfer_column(height, mode)] = round(acc, 4)
     return row
+
+
+def latest_per_seed(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Runs -> (the latest finished run of each group and seed, the earlier ones): a command run
+    twice is one sample of its seed, not two."""
+    latest: dict[tuple, dict] = {}
+    for run in sorted(runs, key=lambda r: r["finished"]):
+        latest[(*(str(run[k]) for k in GROUP_BY), run["seed"])] = run
+    kept = [run for run in runs if run in latest.values()]
+    return kept, [run for run in runs if run not in latest.values()]
 
 
 def model_key(model) -> str:
@@ -193,7 +215,7 @@ def compare(
     """Print and write the grouped table of the finished runs under `root`; return its rows."""
     root = Path(root)
     if not root.is_dir():
-        raise ConfigError(f"no such log folder: {root}; pass the TensorBoard root, e.g. logs/")
+        raise ConfigError(f"no such log folder: {root}; pass the folder the runs were logged to, e.g. logs/")
     runs = [summarize(run, root) for run in run_folders(root)]
     unfinished = unfinished_runs(root)
     if unfinished:
@@ -206,7 +228,17 @@ def compare(
         if (data is None or r["data"] == data) and (img_size is None or str(r["img_size"]) == str(img_size))
     ]
     if not runs:
-        raise ConfigError(f"no finished runs (with {RESULTS_FILE}) under {root} match data={data} img_size={img_size}")
+        filters = " ".join(f"{k}={v}" for k, v in (("data", data), ("img_size", img_size)) if v is not None)
+        raise ConfigError(
+            f"no finished runs (with {RESULTS_FILE}) under {root}" + (f" match {filters}" if filters else "")
+        )
+    runs, repeated = latest_per_seed(runs)
+    if repeated:
+        names = ", ".join(r["run"] for r in repeated[:5]) + (" ..." if len(repeated) > 5 else "")
+        print(
+            f"note: left out {len(repeated)} earlier run(s) of a seed that their group has again "
+            f"(the latest counts): {names}"
+        )
     runs.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), r["pos"], r["seed"]))
     rows = group_runs(runs)
     rows.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), -(r["test_acc_mean"] or 0)))
@@ -214,7 +246,12 @@ def compare(
     out.mkdir(parents=True, exist_ok=True)
     mark_differences(rows)
     mark_differences(runs)
-    table = markdown_table(rows, accuracy_columns(runs))
+    shown = [  # the extrapolation grid's columns are in extrapolation.md (and compare.csv)
+        c
+        for c in accuracy_columns(runs)
+        if not (c.startswith(TRANSFER_PREFIX) and is_extrapolation_grid(parse_transfer_column(c)[1]))
+    ]
+    table = markdown_table(rows, shown)
     (out / "compare.md").write_text(table)
     _write_csv(out / "compare.csv", rows)
     _write_csv(out / "runs.csv", runs)
@@ -258,6 +295,12 @@ def transfer_points(row: dict) -> dict[str, list[tuple[int, float, float]]]:
     return points
 
 
+def is_extrapolation_grid(label: str) -> bool:
+    """Whether a transfer label (a tag suffix) is an evaluation that asked for a temperature (the
+    extrapolation grid: `extrapolation.md`/`.png`, not the transfer table and chart)."""
+    return parse_conversion_suffix(label)[1] is not None
+
+
 def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows -> {scheme: [curve]}, a curve per group and resize mode evaluated at >= 2 sizes:
     `label`, `setting` (how it was trained), `mode` ("" for the scheme's default), `heights`, `means`,
@@ -265,7 +308,7 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
     curves: dict[str, list[dict]] = {}
     for row in rows:
         for mode, points in transfer_points(row).items():
-            if len(points) < 2:
+            if len(points) < 2 or is_extrapolation_grid(mode):
                 continue
             trained = ", ".join(training_setting(row))
             heights, means, stds = zip(*sorted(points))
@@ -282,18 +325,20 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
     return curves
 
 
-TEMPERATURE_SUFFIX = "tlog"  # vitpos.evaluate's tag suffix for attn_temperature=log
-
-
 def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
-    """Grouped rows of runs evaluated with the temperature -> {scheme: [curve]}: one curve per
+    """Grouped rows of runs evaluated with an asked-for temperature (`attn_temperature=`,
+    `resize_mode=all`) -> {scheme: [curve]}: one curve per
     training `variant` (`exact`, `fuzzy`, `mixed <sizes>`) and conversion (`mode`: a resize mode or ""
     for the scheme's only rule; `temperature`: none or log) with its `heights`, `means`, `stds`, `n`;
-    {} when no run has a temperature evaluation. Fuzzy-trained twins are filed under their scheme."""
+    {} when no run has such an evaluation. Fuzzy-trained twins are filed under their scheme."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
-        points = transfer_points(row)
-        if not any(mode.endswith(TEMPERATURE_SUFFIX) for mode in points):
+        points = {  # the evaluations that asked for a temperature: the extrapolation grid's
+            parse_conversion_suffix(label): label_points
+            for label, label_points in transfer_points(row).items()
+            if parse_conversion_suffix(label)[1] is not None
+        }
+        if not points:
             continue
         scheme = row["pos"].removesuffix(FUZZY_SUFFIX)
         variant = (
@@ -303,14 +348,13 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
             if row["train_sizes"] != "-"
             else "exact"
         )
-        for label, mode_points in sorted(points.items()):
-            mode = label.removesuffix(TEMPERATURE_SUFFIX).removesuffix("_")
+        for (mode, temperature), mode_points in sorted(points.items()):
             heights, means, stds = zip(*sorted(mode_points))
             curves.setdefault(scheme, []).append(
                 dict(
                     variant=variant,
                     mode=mode,
-                    temperature="log" if label.endswith(TEMPERATURE_SUFFIX) else "none",
+                    temperature=temperature,
                     heights=list(heights),
                     means=list(means),
                     stds=list(stds),
@@ -337,7 +381,7 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
             h: max((c["means"][c["heights"].index(h)] for c in scheme_curves if h in c["heights"]), default=None)
             for h in heights
         }
-        for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"])):
+        for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"] == "log")):
             cells = []
             for h in heights:
                 if h not in curve["heights"]:
@@ -465,7 +509,8 @@ def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
     plt = pyplot()
     columns = min(4, len(curves))
     rows = -(-len(curves) // columns)
-    figure, panels = plt.subplots(rows, columns, figsize=(4 * columns, 3.4 * rows), squeeze=False, sharey=True)
+    width = max(4 * columns, 8)  # a single panel still holds the title and its legend
+    figure, panels = plt.subplots(rows, columns, figsize=(width, 3.4 * rows), squeeze=False, sharey=True)
     # one colour per training setting in every panel; the resize mode is the line style
     settings = list(dict.fromkeys(c["setting"] for scheme_curves in curves.values() for c in scheme_curves))
     for axes, (pos, scheme_curves) in zip(panels.flat, sorted(curves.items())):
@@ -481,6 +526,7 @@ def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
                 color=f"C{settings.index(curve['setting']) % 10}",
             )
         axes.set_title(pos, fontsize=10)
+        axes.set_xticks(sorted({h for c in scheme_curves for h in c["heights"]}))
         axes.set_xlabel("evaluation size (px)")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=6, loc="lower left")
@@ -501,10 +547,11 @@ def _extrapolation_chart(curves: dict[str, list[dict]], path: Path) -> None:
     plt = pyplot()
     columns = min(4, len(curves))
     rows = -(-len(curves) // columns)
-    figure, panels = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.6 * rows), squeeze=False, sharey=True)
+    width = max(4.2 * columns, 8)  # a single panel still holds the title
+    figure, panels = plt.subplots(rows, columns, figsize=(width, 3.6 * rows), squeeze=False, sharey=True)
     for axes, (scheme, scheme_curves) in zip(panels.flat, sorted(curves.items())):
         modes = sorted({c["mode"] for c in scheme_curves})
-        for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"])):
+        for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"] == "log")):
             label = ("" if curve["variant"] == "exact" else f"{curve['variant']}, ") + _conversion_name(curve)
             axes.errorbar(
                 curve["heights"],
@@ -519,7 +566,7 @@ def _extrapolation_chart(curves: dict[str, list[dict]], path: Path) -> None:
                 alpha=0.85,
             )
         axes.set_title(scheme, fontsize=10)
-        axes.set_xticks(scheme_curves[0]["heights"])
+        axes.set_xticks(sorted({h for c in scheme_curves for h in c["heights"]}))
         axes.set_xlabel("evaluation size (px)")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=5.5, loc="lower left")

@@ -10,8 +10,8 @@ and without the temperature (unless `attn_temperature=` is given) on the validat
 the best per size and evaluates only that one on `split`, which thus plays no part in the choice;
 `resize_mode=all` evaluates every one of those conversions on `split` (a line each).
 Writes `resolution.md`, `resolution.csv` and `resolution.png` (accuracy vs resolution, one line per
-checkpoint) to `out=`, and logs `resolution/<split>_acc` (step = image height) into each
-checkpoint's TensorBoard run.
+checkpoint, or per checkpoint and conversion under `resize_mode=all`) to `out=`, and logs
+`resolution/<split>_acc` (step = image height) into each checkpoint's TensorBoard run.
 
 Options (key=value): ckpt (a path or a list [a,b]; a folder means the latest best-*.ckpt of every
 run under it, or last.ckpt where a run has no best), img_sizes (ints or [H,W] pairs), resize_mode
@@ -40,7 +40,7 @@ from .plots import pyplot
 from .pos import get_pos_class
 from .precision import bf16_supported
 from .resize import model_from_checkpoint, read_checkpoint
-from .runs import RESULTS_FILE, find_checkpoints, run_dir, run_label, size_tag
+from .runs import RESULTS_FILE, conversion_suffix, find_checkpoints, run_dir, run_label, size_tag
 
 BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
 ALL = "all"  # resize_mode=all: every conversion, each evaluated on the split
@@ -184,8 +184,7 @@ def evaluate_one(model, path: Path, trained: dict, datamodule, split, device, li
         f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}{conversion}  {split} acc {acc:.4f}{note}", flush=True
     )
     if writer is not None:
-        mode, temperature = forced or (None, None)
-        suffix = "_".join(filter(None, [mode, temperature and f"t{temperature}"]))
+        suffix = conversion_suffix(*(forced or (None, None)))
         writer.add_scalar(f"resolution/{split}_acc" + (f"_{suffix}" if suffix else ""), acc, global_step=size[0])
     return row
 

@@ -93,6 +93,21 @@ def _word(value) -> str:
     return str(value)
 
 
+def conversion_suffix(resize_mode: str | None, attn_temperature: str | None) -> str:
+    """The tag suffix of an evaluation whose conversion the user asked for: `ntk_tlog`, `ntk`,
+    `tnone` (`resolution/test_acc_<suffix>`; "" for the checkpoint's own conversion)."""
+    return "_".join(filter(None, [resize_mode, attn_temperature and f"t{attn_temperature}"]))
+
+
+def parse_conversion_suffix(suffix: str) -> tuple[str, str | None]:
+    """`ntk_tlog` -> ("ntk", "log"), `tnone` -> ("", "none"), `interpolate` -> ("interpolate", None):
+    the resize mode ("" for the scheme's own rule) and the temperature asked for (None: not asked)."""
+    mode, _, last = suffix.rpartition("_")
+    if last in ("tnone", "tlog"):
+        return mode, last.removeprefix("t")
+    return suffix, None
+
+
 RUN_FOLDER_ENV = "VITPOS_RUN_FOLDER"  # rank 0's claimed version folder, inherited by the ranks it launches
 
 

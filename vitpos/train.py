@@ -189,6 +189,12 @@ def check_monitors(callbacks: dict, module: ImageClassifier) -> None:
             raise ConfigError(
                 f"callbacks.{name}.monitor={monitor!r} is not a logged metric; use one of {', '.join(logged)}"
             )
+        better = "min" if monitor is not None and monitor.split("/")[-1].startswith("loss") else "max"
+        if monitor is not None and getattr(callback, "mode", better) != better:
+            raise ConfigError(
+                f"callbacks.{name}.monitor={monitor!r} with mode={callback.mode!r} keeps the worst one; "
+                f"add callbacks.{name}.mode={better}"
+            )
 
 
 def check_writable(folder: Path) -> None:
