@@ -277,9 +277,10 @@ def test_non_finite_loss_stops_at_the_next_check(every, poison, message, make_co
 
 
 def printed_train_command(text: str) -> list[str]:
-    """The overrides of the `python train.py ...` line of a closing summary, as the shell splits them."""
-    line = next(line.strip() for line in text.splitlines() if line.strip().startswith("python train.py"))
-    return shlex.split(line)[2:]
+    """The overrides of the `python -m vitpos ...` line of a closing summary, as the shell splits them
+    (the form that works in a checkout and from an installed package alike)."""
+    line = next(line.strip() for line in text.splitlines() if line.strip().startswith("python -m vitpos "))
+    return shlex.split(line)[3:]
 
 
 @pytest.mark.parametrize(

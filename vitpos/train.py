@@ -474,11 +474,11 @@ def finetune_command(cfg: DictConfig, run: Path, bigger: str) -> str:
     ]
     source += group_choices()
     if cfg.get("finetune_recipe"):
-        return " ".join(["python train.py", f"experiment={cfg.finetune_recipe}", f"pos={cfg.pos.name}", *source])
+        return " ".join(["python -m vitpos", f"experiment={cfg.finetune_recipe}", f"pos={cfg.pos.name}", *source])
     subset = ["data.train_subset=10000"] if "train_subset" in cfg.data else []
     return " ".join(
         [
-            "python train.py",
+            "python -m vitpos",
             f"pos={cfg.pos.name}",
             f"img_size={bigger}",
             *source,
