@@ -171,8 +171,8 @@ def latest_per_seed(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     latest: dict[tuple, dict] = {}
     for run in sorted(runs, key=lambda r: r["finished"]):
         latest[(*(str(run[k]) for k in GROUP_BY), run["seed"])] = run
-    kept = [run for run in runs if run in latest.values()]
-    return kept, [run for run in runs if run not in latest.values()]
+    kept = {id(run) for run in latest.values()}
+    return [run for run in runs if id(run) in kept], [run for run in runs if id(run) not in kept]
 
 
 def model_key(model) -> str:
@@ -333,10 +333,10 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     {} when no run has such an evaluation. Fuzzy-trained twins are filed under their scheme."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
-        points = {  # the evaluations that asked for a temperature: the extrapolation grid's
+        points = {  # (mode, temperature) -> points of the extrapolation grid's evaluations
             parse_conversion_suffix(label): label_points
             for label, label_points in transfer_points(row).items()
-            if parse_conversion_suffix(label)[1] is not None
+            if is_extrapolation_grid(label)
         }
         if not points:
             continue
@@ -429,12 +429,16 @@ def recipe_differences(rows: list[dict]) -> list[list[str]]:
     return [[word for word in words if word not in shared] for words in recipes]
 
 
+def lrs_differ(rows: list[dict]) -> bool:
+    return len({str(row["lr"]) for row in rows}) > 1
+
+
 def mark_differences(rows: list[dict]) -> None:
     """Set each row's `differs`: its lr (when the rows' lrs differ) and recipe words that tell it
     apart from the other rows, for the charts' labels and the CSV files ("" when nothing does)."""
-    lrs_differ = len({str(row["lr"]) for row in rows}) > 1
+    show_lr = lrs_differ(rows)
     for row, recipe in zip(rows, recipe_differences(rows)):
-        row["differs"] = " ".join([*([f"lr={row['lr']}"] if lrs_differ else []), *recipe])
+        row["differs"] = " ".join([*([f"lr={row['lr']}"] if show_lr else []), *recipe])
 
 
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
@@ -443,7 +447,7 @@ def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
     keys = ["pos", "experiment", "data", "img_size", "train_sizes", "finetuned_from", "budget", "batch_size", "n"]
     if all(row["train_sizes"] == "-" for row in rows):
         keys.remove("train_sizes")
-    if len({str(row["lr"]) for row in rows}) > 1:
+    if lrs_differ(rows):
         keys.insert(keys.index("batch_size"), "lr")
     recipes = recipe_differences(rows)
     if any(recipes):

@@ -231,16 +231,13 @@ def write_outputs(
 
     runs = list(dict.fromkeys((row["run"], convert(row)) for row in rows))
     by_run = {run: {row["img_size"]: row for row in rows if (row["run"], convert(row)) == run} for run in runs}
-    conversion_head = ("conversion | ", "---|") if by_conversion else ("", "")
-    lines = [
-        f"| run | pos | trained at | {conversion_head[0]}" + " | ".join(tags) + " |",
-        f"|---|---|---|{conversion_head[1]}" + "---:|" * len(tags),
-    ]
+    names = ["run", "pos", "trained at", *(["conversion"] if by_conversion else [])]
+    lines = ["| " + " | ".join([*names, *tags]) + " |", "|" + "---|" * len(names) + "---:|" * len(tags)]
     for run in runs:
         first = next(iter(by_run[run].values()))
-        accs = " | ".join(f"{100 * by_run[run][t]['acc']:.2f}" for t in tags)
-        conversion = f"{run[1]} | " if by_conversion else ""
-        lines.append(f"| {run[0]} | {first['pos']} | {first['trained_at']} | {conversion}{accs} |")
+        accs = [f"{100 * by_run[run][t]['acc']:.2f}" for t in tags]
+        cells = [run[0], first["pos"], first["trained_at"], *([run[1]] if by_conversion else []), *accs]
+        lines.append("| " + " | ".join(cells) + " |")
     (out / "resolution.md").write_text("\n".join(lines) + "\n")
 
     figure, axes = plt.subplots(figsize=(8, 5))

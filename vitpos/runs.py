@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from .errors import ConfigError
+from .model import ATTN_TEMPERATURES
 
 RESULTS_FILE = "results.json"  # final metrics of a finished run, in its version_N folder
 CHECKPOINTS = "checkpoints"
@@ -103,7 +104,7 @@ def parse_conversion_suffix(suffix: str) -> tuple[str, str | None]:
     """`ntk_tlog` -> ("ntk", "log"), `tnone` -> ("", "none"), `interpolate` -> ("interpolate", None):
     the resize mode ("" for the scheme's own rule) and the temperature asked for (None: not asked)."""
     mode, _, last = suffix.rpartition("_")
-    if last in ("tnone", "tlog"):
+    if last.startswith("t") and last.removeprefix("t") in ATTN_TEMPERATURES:
         return mode, last.removeprefix("t")
     return suffix, None
 

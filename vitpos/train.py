@@ -185,12 +185,14 @@ def check_monitors(callbacks: dict, module: ImageClassifier) -> None:
     logged = module.epoch_metric_names()
     for name, callback in callbacks.items():
         monitor = getattr(callback, "monitor", None)
-        if monitor is not None and monitor not in logged:
+        if monitor is None:
+            continue
+        if monitor not in logged:
             raise ConfigError(
                 f"callbacks.{name}.monitor={monitor!r} is not a logged metric; use one of {', '.join(logged)}"
             )
-        better = "min" if monitor is not None and monitor.split("/")[-1].startswith("loss") else "max"
-        if monitor is not None and getattr(callback, "mode", better) != better:
+        better = "min" if monitor.split("/")[-1].startswith("loss") else "max"
+        if getattr(callback, "mode", better) != better:
             raise ConfigError(
                 f"callbacks.{name}.monitor={monitor!r} with mode={callback.mode!r} keeps the worst one; "
                 f"add callbacks.{name}.mode={better}"
