@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
 from vitpos.compare import (
+    best_conversions_table,
     compare,
     epoch_curves,
     extrapolation_curves,
@@ -178,6 +179,31 @@ def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_b
     assert "| 2d_sin | exact | ntk + log temperature | 2 | **85.00 ± 7.07** | 70.00 ± 14.14 |" in table
     assert "| 2d_sin | fuzzy | ntk | 1 | 80.00 | **75.00** |" in table  # the best of 2d_sin at 64 px
     assert "| none | exact | its rule + log temperature | 1 | **60.00** | **35.00** |" in table
+
+
+def test_best_conversions_table_names_each_sizes_best_conversion_and_its_share_of_1x():
+    def grid(mode, temperature, at32, at48, at64):
+        suffix = conversion_suffix(mode, temperature)
+        return {f"test_acc@{h}px/{suffix}": acc for h, acc in ((32, at32), (48, at48), (64, at64))}
+
+    def run(pos, seed, **columns):
+        return dict(run_row(pos, seed, columns[next(iter(columns))]), img_size=32, **columns)
+
+    rows = group_runs(
+        [
+            run("2d_sin", 0, **grid("yarn", "none", 0.8, 0.6, 0.4), **grid("yarn", "log", 0.8, 0.64, 0.25)),
+            run("2d_sin", 1, **grid("yarn", "none", 0.6, 0.4, 0.2), **grid("yarn", "log", 0.6, 0.44, 0.25)),
+            dict(run("2d_sin", 0, **grid("yarn", "none", 0.7, 0.63, 0.56)), train_sizes="32-48-64px"),
+        ]
+    )
+    table = best_conversions_table(extrapolation_curves(rows)).splitlines()
+    assert (
+        table[0]
+        == "| scheme | trained | 1x | best at 48px (% of 1x) | best at 64px (% of 1x) |"  # 32 px: 1x of every run
+    )
+    # exact: 1x = 70%; at 48 px the temperature wins (54% = 77% of 1x), at 64 px it loses to none
+    assert "| 2d_sin | exact | 70.00 (32px) | 54.00 (77%), yarn + log temperature | 30.00 (43%), yarn |" in table
+    assert "| 2d_sin | mixed 32-48-64px | 70.00 (32px) | 63.00 (90%), yarn | 56.00 (80%), yarn |" in table
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import vitpos
 from vitpos import ConfigError, create_model, load_model
+from vitpos.compare import compare
 from vitpos.evaluate import main as evaluate_main
 from vitpos.evaluate import subset_mask
 from vitpos.pos import get_pos_class
@@ -527,6 +528,14 @@ def test_evaluate_all_gives_every_conversion_the_numbers_and_tag_of_its_own_comm
     events.Reload()
     logged = {tag for tag in events.Tags()["scalars"] if tag.startswith("resolution/")}
     assert logged == {f"resolution/test_acc_{mode}_t{t}" for mode, t in pairs}
+    # compare files the grid under extrapolation.md (a row per conversion, then the best per size), not the table
+    compare(tmp_path / "logs", out=tmp_path / "compared")
+    grid = (tmp_path / "compared" / "extrapolation.md").read_text().split("The best conversion at each size:")
+    assert len(grid) == 2 and sum(line.startswith("| 2d_sin | exact |") for line in grid[0].splitlines()) == len(pairs)
+    assert [line.split(" | ")[:2] for line in grid[1].splitlines() if line.startswith("| 2d_sin")] == [
+        ["| 2d_sin", "exact"]
+    ]
+    assert "_tlog" not in (tmp_path / "compared" / "compare.md").read_text()
 
 
 def test_a_limited_evaluation_draws_every_class_of_a_split_stored_class_by_class():

@@ -16,7 +16,8 @@ than once, `transfer.png` (accuracy against evaluation size, one panel per schem
 training setting and resize mode) when runs were evaluated at two or more sizes, and, for
 evaluations that asked for an attention temperature (`resize_mode=all`, `scripts/study.sh
 extrapolation`), `extrapolation.md` (every conversion at every size, the best per scheme and size
-in bold) and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained
+in bold; then each scheme's best conversion per size as a share of its 1x accuracy) and
+`extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained
 twins in the same panel) instead of table columns. A run counts once it has finished (`results.json`).
 """
 
@@ -263,7 +264,11 @@ def compare(
         written.append(out / "transfer.png")
     conversions = extrapolation_curves(rows)
     if conversions:
-        (out / "extrapolation.md").write_text(extrapolation_table(conversions))
+        (out / "extrapolation.md").write_text(
+            extrapolation_table(conversions)
+            + "\nThe best conversion at each size:\n\n"
+            + best_conversions_table(conversions)
+        )
         _extrapolation_chart(conversions, out / "extrapolation.png")
         written += [out / "extrapolation.md", out / "extrapolation.png"]
     by_epoch = epoch_curves(runs)
@@ -329,7 +334,8 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows of runs evaluated with an asked-for temperature (`attn_temperature=`,
     `resize_mode=all`) -> {scheme: [curve]}: one curve per
     training `variant` (`exact`, `fuzzy`, `mixed <sizes>`) and conversion (`mode`: a resize mode or ""
-    for the scheme's only rule; `temperature`: none or log) with its `heights`, `means`, `stds`, `n`;
+    for the scheme's only rule; `temperature`: none or log) with its `heights`, `means`, `stds`, `n`
+    and `train_height` (the run's `img_size`: 1x);
     {} when no run has such an evaluation. Fuzzy-trained twins are filed under their scheme."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
@@ -353,6 +359,7 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
             curves.setdefault(scheme, []).append(
                 dict(
                     variant=variant,
+                    train_height=int(str(row["img_size"]).split("x")[0]),
                     mode=mode,
                     temperature=temperature,
                     heights=list(heights),
@@ -394,6 +401,37 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
                 f"| {scheme} | {curve['variant']} | {_conversion_name(curve)} | "
                 f"{curve['n']} | " + " | ".join(cells) + " |"
             )
+    return "\n".join(lines) + "\n"
+
+
+def best_conversions_table(curves: dict[str, list[dict]]) -> str:
+    """Markdown: one row per scheme and training variant, its accuracy at the training size (1x) and,
+    at each other size, its best conversion: the mean over seeds and that mean as a share of 1x."""
+    every = [c for scheme_curves in curves.values() for c in scheme_curves]
+    heights = sorted({h for c in every for h in c["heights"] if any(h != d["train_height"] for d in every)})
+    lines = [
+        "| scheme | trained | 1x | " + " | ".join(f"best at {h}px (% of 1x)" for h in heights) + " |",
+        "|---|---|---:|" + "---|" * len(heights),
+    ]
+    for scheme, scheme_curves in sorted(curves.items()):
+        for variant in sorted({c["variant"] for c in scheme_curves}):
+            variant_curves = [c for c in scheme_curves if c["variant"] == variant]
+            train_height = variant_curves[0]["train_height"]
+            one_x = max(
+                (c["means"][c["heights"].index(train_height)] for c in variant_curves if train_height in c["heights"]),
+                default=None,
+            )
+            cells = []
+            for h in heights:
+                at_h = [(c["means"][c["heights"].index(h)], c) for c in variant_curves if h in c["heights"]]
+                if h == train_height or not at_h:
+                    cells.append("-")
+                    continue
+                mean, best = max(at_h, key=lambda pair: pair[0])
+                share = f" ({100 * mean / one_x:.0f}%)" if one_x else ""
+                cells.append(f"{100 * mean:.2f}{share}, {_conversion_name(best)}")
+            first = f"{100 * one_x:.2f} ({train_height}px)" if one_x is not None else "-"
+            lines.append(f"| {scheme} | {variant} | {first} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
