@@ -30,7 +30,7 @@ from vitpos.compare import (
     transfer_curves,
 )
 from vitpos.config import compose_train_config
-from vitpos.runs import RESULTS_FILE, conversion_suffix, training_recipe
+from vitpos.runs import RESULTS_FILE, conversion_suffix, parse_conversion_suffix, training_recipe
 from vitpos.train import train
 
 KEY = dict(
@@ -181,6 +181,28 @@ def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_b
     assert "| none | exact | its rule + log temperature | 1 | **60.00** | **35.00** |" in table
 
 
+def test_a_conversion_and_a_subset_are_read_back_from_the_tag_evaluate_writes():
+    for mode in (None, "interpolate", "ntk"):
+        for temperature in (None, "none", "log"):
+            for images in (None, 300):
+                suffix = conversion_suffix(mode, temperature, images)
+                assert parse_conversion_suffix(suffix) == (mode or "", temperature, images)
+
+
+def test_an_evaluation_of_a_subset_is_its_own_curve_beside_the_whole_split():
+    whole, subset = conversion_suffix("ntk", "log"), conversion_suffix("ntk", "log", 300)
+    columns = {
+        f"test_acc@{h}px/{suffix}": acc
+        for suffix, accs in ((whole, (0.8, 0.5)), (subset, (0.9, 0.7)))
+        for h, acc in zip((32, 64), accs)
+    }
+    curves = extrapolation_curves(group_runs([dict(run_row("2d_sin", 0, 0.8, **columns), img_size=32)]))
+    assert sorted((c["images"] or 0, c["means"][1]) for c in curves["2d_sin"]) == [(0, 0.5), (300, 0.7)]
+    table = extrapolation_table(curves)
+    assert "| ntk + log temperature | 1 | 80.00 | 50.00 |" in table  # the whole split keeps its own figure
+    assert "| ntk + log temperature (300 images) | 1 | **90.00** | **70.00** |" in table
+
+
 def test_best_conversions_table_names_each_sizes_best_conversion_and_its_share_of_1x():
     def grid(mode, temperature, at32, at48, at64):
         suffix = conversion_suffix(mode, temperature)
@@ -302,6 +324,10 @@ def test_a_run_saved_before_a_model_argument_existed_groups_with_its_default():
     older = {"dim": 128, "depth": 6}  # no drop_rate: built with its default, 0.0
     assert model_key(older) == model_key({**older, "drop_rate": 0.0})
     assert model_key(older) != model_key({**older, "drop_rate": 0.1})
+    before_fuzzy = {**older, "pos": "2d_sin", "pos_kwargs": {"temperature": 10000.0}}  # pos.fuzzy did not exist
+    same = {**before_fuzzy, "pos_kwargs": {"temperature": 10000.0, "fuzzy": False}}
+    assert model_key(before_fuzzy) == model_key(same)
+    assert model_key(before_fuzzy) != model_key({**same, "pos_kwargs": {"temperature": 10000.0, "fuzzy": True}})
 
 
 def test_the_table_names_the_lr_and_recipe_words_that_tell_its_rows_apart():

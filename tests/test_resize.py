@@ -440,8 +440,9 @@ def test_evaluate_writes_table_csv_plot_and_tensorboard(real_run_copy, tmp_path)
     run_dir = real_run_copy.parent.parent
     events = EventAccumulator(str(run_dir))
     events.Reload()
-    assert "resolution/test_acc" in events.Tags()["scalars"]
-    logged = {event.step: event.value for event in events.Scalars("resolution/test_acc")}
+    tags = events.Tags()["scalars"]  # 99 of the split's images: a tag of their own, never the whole split's
+    assert "resolution/test_acc_99img" in tags and "resolution/test_acc" not in tags
+    logged = {event.step: event.value for event in events.Scalars("resolution/test_acc_99img")}
     assert sorted(logged) == [32, 48]  # step = image height
     for row in rows:  # the CSV rounds to 4 decimals
         assert abs(logged[int(row["img_size"].removesuffix("px"))] - float(row["acc"])) <= 5e-5
@@ -527,7 +528,7 @@ def test_evaluate_all_gives_every_conversion_the_numbers_and_tag_of_its_own_comm
     events = EventAccumulator(str(run))
     events.Reload()
     logged = {tag for tag in events.Tags()["scalars"] if tag.startswith("resolution/")}
-    assert logged == {f"resolution/test_acc_{mode}_t{t}" for mode, t in pairs}
+    assert logged == {f"resolution/test_acc_{mode}_t{t}_64img" for mode, t in pairs}  # limit=64: a subset
     # compare files the grid under extrapolation.md (a row per conversion, then the best per size), not the table
     compare(tmp_path / "logs", out=tmp_path / "compared")
     grid = (tmp_path / "compared" / "extrapolation.md").read_text().split("The best conversion at each size:")

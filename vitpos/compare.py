@@ -6,19 +6,19 @@
 Runs that differ only by `seed` form one group (the same scheme, data, size, model, lr, batch,
 budget and recipe: optimizer, schedule, loss and augmentation settings); a seed run twice counts
 once, its latest run. Each group is one row with the number of runs `n` and the mean +- sample
-standard deviation of every accuracy: best and final validation, test, and the
-resolution-transfer accuracies that `vitpos.evaluate` logged into the run (`test_acc@42px`,
-`test_acc@42px/interpolate`, ...); the table names lr and the recipe words that tell its rows
-apart when they differ. Writes to `out`: `compare.md` (the table), `compare.csv` (mean and std
-columns), `runs.csv` (one row per run), `compare.png` (accuracy per group, error bars of one
-std), `epochs.png` (validation accuracy per epoch, one line per group) when runs validated more
-than once, `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per
-training setting and resize mode) when runs were evaluated at two or more sizes, and, for
-evaluations that asked for an attention temperature (`resize_mode=all`, `scripts/study.sh
-extrapolation`), `extrapolation.md` (every conversion at every size, the best per scheme and size
-in bold; then each scheme's best conversion per size as a share of its 1x accuracy) and
-`extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained
-twins in the same panel) instead of table columns. A run counts once it has finished (`results.json`).
+standard deviation of every accuracy: best and final validation, test, and the resolution-transfer
+accuracies that `vitpos.evaluate` logged into the run (`test_acc@42px`, `test_acc@42px/interpolate`,
+`test_acc@42px/interpolate_1000img` for an evaluation of a subset, ...); the table names lr and the
+recipe words that tell its rows apart when they differ. Writes to `out`: `compare.md` (the table),
+`compare.csv` (mean and std columns), `runs.csv` (one row per run), `compare.png` (accuracy per
+group, error bars of one std), `epochs.png` (validation accuracy per epoch, one line per group) when
+runs validated more than once, `transfer.png` (accuracy against evaluation size, one panel per
+scheme, one line per training setting and resize mode) when runs were evaluated at two or more
+sizes, and, for evaluations that asked for an attention temperature (`resize_mode=all`,
+`scripts/study.sh extrapolation`), `extrapolation.md` (every conversion at every size, the best per
+scheme and size in bold; then each scheme's best conversion per size as a share of its 1x accuracy)
+and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained twins in the
+same panel) instead of table columns. A run counts once it has finished (`results.json`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from .cli import parse_options
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
-from .model import MODEL_DEFAULTS
+from .model import as_built
 from .plots import pyplot
 from .runs import (
     FUZZY_SUFFIX,
@@ -177,9 +177,9 @@ def latest_per_seed(runs: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 def model_key(model) -> str:
-    """The architecture as a group key: a run saved before a model argument existed was built
-    with its default, so it groups with the runs that name that default."""
-    return str({**MODEL_DEFAULTS, **model}) if isinstance(model, dict) else str(model)
+    """The architecture as a group key: a run saved before a model argument (or a scheme's `fuzzy`)
+    existed was built with its default, so it groups with the runs that name that default."""
+    return str(as_built(model)) if isinstance(model, dict) else str(model)
 
 
 def group_runs(rows: list[dict]) -> list[dict]:
@@ -334,12 +334,12 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows of runs evaluated with an asked-for temperature (`attn_temperature=`,
     `resize_mode=all`) -> {scheme: [curve]}: one curve per
     training `variant` (`exact`, `fuzzy`, `mixed <sizes>`) and conversion (`mode`: a resize mode or ""
-    for the scheme's only rule; `temperature`: none or log) with its `heights`, `means`, `stds`, `n`
-    and `train_height` (the run's `img_size`: 1x);
+    for the scheme's only rule; `temperature`: none or log; `images`: the subset evaluated, None for
+    the whole split) with its `heights`, `means`, `stds`, `n` and `train_height` (the run's `img_size`: 1x);
     {} when no run has such an evaluation. Fuzzy-trained twins are filed under their scheme."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
-        points = {  # (mode, temperature) -> points of the extrapolation grid's evaluations
+        points = {  # (mode, temperature, images) -> points of the extrapolation grid's evaluations
             parse_conversion_suffix(label): label_points
             for label, label_points in transfer_points(row).items()
             if is_extrapolation_grid(label)
@@ -354,7 +354,7 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
             if row["train_sizes"] != "-"
             else "exact"
         )
-        for (mode, temperature), mode_points in sorted(points.items()):
+        for (mode, temperature, images), mode_points in sorted(points.items(), key=lambda item: str(item[0])):
             heights, means, stds = zip(*sorted(mode_points))
             curves.setdefault(scheme, []).append(
                 dict(
@@ -362,6 +362,7 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
                     train_height=int(str(row["img_size"]).split("x")[0]),
                     mode=mode,
                     temperature=temperature,
+                    images=images,
                     heights=list(heights),
                     means=list(means),
                     stds=list(stds),
@@ -372,7 +373,8 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def _conversion_name(curve: dict) -> str:
-    return " + ".join([curve["mode"] or "its rule", *(["log temperature"] if curve["temperature"] == "log" else [])])
+    name = " + ".join([curve["mode"] or "its rule", *(["log temperature"] if curve["temperature"] == "log" else [])])
+    return name + (f" ({curve['images']} images)" if curve["images"] else "")
 
 
 def extrapolation_table(curves: dict[str, list[dict]]) -> str:
@@ -388,7 +390,9 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
             h: max((c["means"][c["heights"].index(h)] for c in scheme_curves if h in c["heights"]), default=None)
             for h in heights
         }
-        for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"] == "log")):
+        for curve in sorted(
+            scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"] == "log", c["images"] or 0)
+        ):
             cells = []
             for h in heights:
                 if h not in curve["heights"]:
@@ -593,7 +597,9 @@ def _extrapolation_chart(curves: dict[str, list[dict]], path: Path) -> None:
     figure, panels = plt.subplots(rows, columns, figsize=(width, 3.6 * rows), squeeze=False, sharey=True)
     for axes, (scheme, scheme_curves) in zip(panels.flat, sorted(curves.items())):
         modes = sorted({c["mode"] for c in scheme_curves})
-        for curve in sorted(scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"] == "log")):
+        for curve in sorted(
+            scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"] == "log", c["images"] or 0)
+        ):
             label = ("" if curve["variant"] == "exact" else f"{curve['variant']}, ") + _conversion_name(curve)
             axes.errorbar(
                 curve["heights"],

@@ -11,7 +11,8 @@ the best per size and evaluates only that one on `split`, which thus plays no pa
 `resize_mode=all` evaluates every one of those conversions on `split` (a line each).
 Writes `resolution.md`, `resolution.csv` and `resolution.png` (accuracy vs resolution, one line per
 checkpoint, or per checkpoint and conversion under `resize_mode=all`) to `out=`, and logs
-`resolution/<split>_acc` (step = image height) into each checkpoint's TensorBoard run.
+`resolution/<split>_acc` (step = image height; a tag per conversion asked for and per subset, see
+`runs.conversion_suffix`) into each checkpoint's TensorBoard run.
 
 Options (key=value): ckpt (a path or a list [a,b]; a folder means the latest best-*.ckpt of every
 run under it, or last.ckpt where a run has no best), img_sizes (ints or [H,W] pairs), resize_mode
@@ -163,8 +164,8 @@ def evaluate(
 def evaluate_one(model, path: Path, trained: dict, datamodule, split, device, limit, writer, forced, note="") -> dict:
     """One converted model (of checkpoint `path`, trained with model arguments `trained`) on `split`:
     its row of resolution.csv, printed, and its accuracy logged into the run; a conversion the user
-    forced (`forced`: the resize_mode and attn_temperature asked for) gets its own tag, so every
-    conversion of one checkpoint stays readable."""
+    forced (`forced`: the resize_mode and attn_temperature asked for) and a subset (`limit`) get their
+    own tag, so every conversion of one checkpoint stays readable (`runs.conversion_suffix`)."""
     acc = accuracy(model, datamodule, split, device, limit)
     size = model.config["img_size"]
     row = dict(
@@ -184,7 +185,9 @@ def evaluate_one(model, path: Path, trained: dict, datamodule, split, device, li
         f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}{conversion}  {split} acc {acc:.4f}{note}", flush=True
     )
     if writer is not None:
-        suffix = conversion_suffix(*(forced or (None, None)))
+        split_size = len(datamodule.test_set if split == "test" else datamodule.val_set)
+        subset = limit if subset_mask(split_size, limit) is not None else None
+        suffix = conversion_suffix(*(forced or (None, None)), subset)
         writer.add_scalar(f"resolution/{split}_acc" + (f"_{suffix}" if suffix else ""), acc, global_step=size[0])
     return row
 

@@ -94,19 +94,26 @@ def _word(value) -> str:
     return str(value)
 
 
-def conversion_suffix(resize_mode: str | None, attn_temperature: str | None) -> str:
+def conversion_suffix(resize_mode: str | None, attn_temperature: str | None, images: int | None = None) -> str:
     """The tag suffix of an evaluation whose conversion the user asked for: `ntk_tlog`, `ntk`,
-    `tnone` (`resolution/test_acc_<suffix>`; "" for the checkpoint's own conversion)."""
-    return "_".join(filter(None, [resize_mode, attn_temperature and f"t{attn_temperature}"]))
+    `tnone` (`resolution/test_acc_<suffix>`; "" for the checkpoint's own conversion), then `_<n>img`
+    when it read a subset of n images of the split (`limit=`), so that a check on a subset is its
+    own column and never replaces the figure of the whole split."""
+    return "_".join(filter(None, [resize_mode, attn_temperature and f"t{attn_temperature}", images and f"{images}img"]))
 
 
-def parse_conversion_suffix(suffix: str) -> tuple[str, str | None]:
-    """`ntk_tlog` -> ("ntk", "log"), `tnone` -> ("", "none"), `interpolate` -> ("interpolate", None):
-    the resize mode ("" for the scheme's own rule) and the temperature asked for (None: not asked)."""
+def parse_conversion_suffix(suffix: str) -> tuple[str, str | None, int | None]:
+    """`ntk_tlog` -> ("ntk", "log", None), `tnone_2000img` -> ("", "none", 2000), `interpolate` ->
+    ("interpolate", None, None): the resize mode ("" for the scheme's own rule), the temperature asked
+    for (None: not asked) and the size of the subset evaluated (None: the whole split)."""
+    images = None
+    rest, _, last = suffix.rpartition("_")
+    if last.endswith("img") and last.removesuffix("img").isdigit():
+        suffix, images = rest, int(last.removesuffix("img"))
     mode, _, last = suffix.rpartition("_")
     if last.startswith("t") and last.removeprefix("t") in ATTN_TEMPERATURES:
-        return mode, last.removeprefix("t")
-    return suffix, None
+        return mode, last.removeprefix("t"), images
+    return suffix, None, images
 
 
 RUN_FOLDER_ENV = "VITPOS_RUN_FOLDER"  # rank 0's claimed version folder, inherited by the ranks it launches
