@@ -5,6 +5,7 @@ depth, so the data order *and* the RNG stream must both be restored for the weig
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import torch
 
 from vitpos.callbacks import AtomicCheckpointIO
 from vitpos.errors import EXIT_PREEMPTED
+from vitpos.module import PROGRESS_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = [
@@ -101,8 +103,15 @@ def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, exp
     step, _ = final_state(cwd, run)
     # SIGTERM saves at the step it stops at; SIGKILL leaves the periodic checkpoint of step 4.
     assert step == (6 if signal_name == "SIGTERM" else 4)
+    saved = torch.load(cwd / "logs" / run / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved[PROGRESS_KEY]["images"] == step * 64  # the images of the steps it holds, no more
     second = train_py(cwd, f"run_name={run}", "resume=true", *record)
     assert second.returncode == 0, second.stderr[-2000:]
+    # the run's figures count both parts: every image of its 12 steps, the fit time before the checkpoint too
+    results = json.loads((cwd / "logs" / run / "version_0" / "results.json").read_text())
+    full = json.loads((cwd / "logs" / "full" / "version_0" / "results.json").read_text())
+    assert results["images_trained"] == full["images_trained"] == 12 * 64
+    assert results["fit_seconds"] > saved[PROGRESS_KEY]["fit_seconds"] > 0
     assert not (cwd / "logs" / run / "version_1").exists()  # the same run folder continues
     resumed_step, resumed_weights = final_state(cwd, run)
     assert resumed_step == full_step == 12

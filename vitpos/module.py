@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable
 
 import lightning as L
@@ -57,6 +58,7 @@ def warmup_cosine_schedule(
 default_optimizer = functools.partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.05)
 soft_target_cross_entropy = SoftTargetCrossEntropy()
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
+PROGRESS_KEY = "vitpos_progress"  # checkpoint entry: the fit seconds and images (per rank) up to the save
 
 
 def check_optimizer(optimizer: Callable, scheduler: Callable) -> None:
@@ -178,6 +180,9 @@ class ImageClassifier(L.LightningModule):
         self._total_steps = 1
         self._checked_step = -1  # the last step whose loss was checked
         self.images_trained = 0  # by this process and rank (with batch_by_tokens, batches differ in size)
+        # a resumed run's earlier parts, up to the checkpoint it resumes from: fit seconds, images (this rank)
+        self.resumed_fit_seconds, self.resumed_images = 0.0, 0
+        self._fit_started = time.perf_counter()
 
     def setup(self, stage: str) -> None:
         """Count the training FLOPs of one batch (on the meta device: no compute), so Lightning's
@@ -247,6 +252,21 @@ class ImageClassifier(L.LightningModule):
 
     def test_step(self, batch, batch_idx: int) -> None:
         self._step(batch, self.test_metrics, "test")
+
+    def on_fit_start(self) -> None:
+        self._fit_started = time.perf_counter()
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[PROGRESS_KEY] = {
+            "fit_seconds": self.resumed_fit_seconds + time.perf_counter() - self._fit_started,
+            "images": self.resumed_images + self.images_trained,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Resuming: the run's fit time and images so far (a checkpoint saved before they were
+        recorded: none), so a resumed run's figures count all its parts."""
+        progress = checkpoint.get(PROGRESS_KEY, {})
+        self.resumed_fit_seconds, self.resumed_images = progress.get("fit_seconds", 0.0), progress.get("images", 0)
 
     def on_train_start(self) -> None:
         self.val_acc_best.reset()

@@ -425,6 +425,10 @@ def finish_run(
     study scripts read it) and print the summary; return the metrics."""
     best = trainer.checkpoint_callback
     best_path = getattr(best, "best_model_path", "") or None
+    # the whole run: this process's fit and, when it resumed, the parts before its checkpoint (read
+    # before testing, whose loading of the best checkpoint restores that checkpoint's figures)
+    fit_seconds += module.resumed_fit_seconds
+    images = (module.resumed_images + module.images_trained) * trainer.world_size
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if cfg.test_after_fit:
         results = trainer.test(module, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=False)
@@ -434,10 +438,11 @@ def finish_run(
     metrics["log_dir"] = str(log_dir)
     metrics["params"] = params
     metrics["data_source"] = datamodule.source or datamodule.name
-    metrics["fit_seconds"] = fit_seconds  # this process's fit (a resumed run counts only its own part)
+    metrics["fit_seconds"] = round(fit_seconds, 1)
+    metrics["images_trained"] = images
     # the run's one throughput figure (summary, results.json, compare): training images over the fit's
-    # wall-clock time, validation included, of this process's part of the run
-    metrics["images_per_s"] = round(module.images_trained * trainer.world_size / max(fit_seconds, 1e-9), 1)
+    # wall-clock time, validation included (a resumed run: the time lost after its checkpoint is not counted)
+    metrics["images_per_s"] = round(images / max(fit_seconds, 1e-9), 1)
     if trainer.is_global_zero:
         (log_dir / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
         print(summary(cfg, metrics), flush=True)
