@@ -410,7 +410,8 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
 
 def best_conversions_table(curves: dict[str, list[dict]]) -> str:
     """Markdown: one row per scheme and training variant, its accuracy at the training size (1x) and,
-    at each other size, its best conversion: the mean over seeds and that mean as a share of 1x."""
+    at each other size, its best conversion: the mean over seeds (± std), that mean as a share of 1x,
+    and its lead over the runner-up conversion."""
     every = [c for scheme_curves in curves.values() for c in scheme_curves]
     heights = sorted({h for c in every for h in c["heights"] if any(h != d["train_height"] for d in every)})
     lines = [
@@ -427,13 +428,22 @@ def best_conversions_table(curves: dict[str, list[dict]]) -> str:
             )
             cells = []
             for h in heights:
-                at_h = [(c["means"][c["heights"].index(h)], c) for c in variant_curves if h in c["heights"]]
+                at_h = sorted(
+                    ((c["means"][c["heights"].index(h)], c) for c in variant_curves if h in c["heights"]),
+                    key=lambda pair: -pair[0],
+                )
                 if h == train_height or not at_h:
                     cells.append("-")
                     continue
-                mean, best = max(at_h, key=lambda pair: pair[0])
+                (mean, best), runner_up = at_h[0], at_h[1:2]
+                spread = best["stds"][best["heights"].index(h)] if best["n"] > 1 else ""
                 share = f" ({100 * mean / one_x:.0f}%)" if one_x else ""
-                cells.append(f"{100 * mean:.2f}{share}, {_conversion_name(best)}")
+                lead = (
+                    f", +{100 * (mean - runner_up[0][0]):.2f} over {_conversion_name(runner_up[0][1])}"
+                    if runner_up
+                    else ""
+                )
+                cells.append(f"{_percent(mean, spread)}{share} {_conversion_name(best)}{lead}")
             first = f"{100 * one_x:.2f} ({train_height}px)" if one_x is not None else "-"
             lines.append(f"| {scheme} | {variant} | {first} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
