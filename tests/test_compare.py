@@ -301,6 +301,25 @@ def test_images_per_second_is_the_runs_own_figure(three_runs, tmp_path):
     assert rows[0]["images_per_s"] == round(three_runs[0]["images_per_s"])
 
 
+def test_a_resumed_run_that_validated_a_step_twice_counts_each_epoch_once(three_runs, tmp_path):
+    """A run killed after a validation and resumed from an earlier checkpoint validates that step
+    again: the epoch curve and counts keep one point per step, the later one."""
+    run = tmp_path / "resumed" / "none_synthetic_32px_seed0" / "version_0"
+    shutil.copytree(three_runs[0]["log_dir"], run)
+    for events in run.glob("events.out.tfevents*"):
+        events.unlink()
+    for part in ([(10, 0.5), (20, 0.6)], [(20, 0.65), (30, 0.7)]):  # the second process re-validates step 20
+        with SummaryWriter(run) as writer:
+            for step, acc in part:
+                writer.add_scalar("val/acc", acc, step)
+                writer.add_scalar("train/loss_epoch", 1.0, step)
+    compare(run.parents[1], out=tmp_path / "out")
+    with open(tmp_path / "out" / "runs.csv") as f:
+        (row,) = csv.DictReader(f)
+    assert row["val_acc_by_epoch"] == "0.5000 0.6500 0.7000" and row["epochs_done"] == "3"
+    assert row["val_acc_best"] == row["val_acc_final"] == "0.7"
+
+
 def test_images_per_second_of_older_runs_counts_every_rank(three_runs, tmp_path):
     """Runs saved before results.json held img/s: ThroughputMonitor logs each device's speed, and
     the run's only with several devices: compare reports the run's, which for one device is the

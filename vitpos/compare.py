@@ -122,8 +122,8 @@ def summarize(run: Path, root: Path) -> dict:
     results = json.loads((run / RESULTS_FILE).read_text())
     scalars = logged_scalars(run)
 
-    def values(tag: str) -> list[float]:
-        return [value for _, value in scalars.get(tag, [])]
+    def values(tag: str) -> list[float]:  # by step; a step logged again (a resumed run) keeps its latest value
+        return [value for _, value in sorted(dict(scalars.get(tag, [])).items())]
 
     val_acc, test_acc = values("val/acc"), values("test/acc")
     # the run's own figure (results.json); runs saved before it: the median of ThroughputMonitor's
@@ -650,9 +650,14 @@ def _epoch_chart(curves: list[dict], path: Path) -> None:
     for index, curve in enumerate(curves):
         means = [100 * m for m in curve["means"]]
         stds = [100 * s for s in curve["stds"]]
-        color = f"C{index % 10}"
+        color = f"C{index % 10}" if len(curves) <= 10 else plt.get_cmap("tab20")(index % 20)
         axes.plot(
-            curve["epochs"], means, marker=".", color=color, label=curve["label"], linestyle="-" if index < 10 else "--"
+            curve["epochs"],
+            means,
+            marker=".",
+            color=color,
+            label=curve["label"],
+            linestyle="-" if index < max(10, min(len(curves), 20)) else "--",
         )
         axes.fill_between(
             curve["epochs"],
