@@ -477,7 +477,7 @@ def test_evaluate_best_chooses_on_validation_and_tests_only_the_choice(scheme_ck
     val_scores = {"extrapolate": 0.1, "interpolate": 0.3, "ntk": 0.2, "yarn": 0.25}
     test_calls = []
 
-    def fake_accuracy(model, datamodule, split, device, limit):
+    def fake_accuracy(model, datamodule, split, device, mask):
         mode, temperature = model.config["pos_kwargs"]["resize_mode"], model.config["attn_temperature"]
         if split == "val":
             return val_scores[mode] + (0.01 if temperature == "log" else 0.0)

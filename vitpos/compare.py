@@ -354,7 +354,9 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
             if row["train_sizes"] != "-"
             else "exact"
         )
-        for (mode, temperature, images), mode_points in sorted(points.items(), key=lambda item: str(item[0])):
+        for (mode, temperature, images), mode_points in sorted(
+            points.items(), key=lambda item: (item[0][0], item[0][1] or "", item[0][2] or 0)
+        ):
             heights, means, stds = zip(*sorted(mode_points))
             curves.setdefault(scheme, []).append(
                 dict(
@@ -370,6 +372,17 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
                 )
             )
     return curves
+
+
+def _curve_order(curve: dict) -> tuple:
+    """The order of a scheme's curves in the table and the chart: variant, mode, temperature, subset."""
+    return curve["variant"], curve["mode"], curve["temperature"] == "log", curve["images"] or 0
+
+
+def _accuracy_at(curve: dict, height: int) -> str:
+    """A curve's mean at `height` in percent, with its seed std when it has several runs."""
+    i = curve["heights"].index(height)
+    return _percent(curve["means"][i], curve["stds"][i] if curve["n"] > 1 else "")
 
 
 def _conversion_name(curve: dict) -> str:
@@ -390,17 +403,14 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
             h: max((c["means"][c["heights"].index(h)] for c in scheme_curves if h in c["heights"]), default=None)
             for h in heights
         }
-        for curve in sorted(
-            scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"] == "log", c["images"] or 0)
-        ):
+        for curve in sorted(scheme_curves, key=_curve_order):
             cells = []
             for h in heights:
                 if h not in curve["heights"]:
                     cells.append("-")
                     continue
-                i = curve["heights"].index(h)
-                cell = _percent(curve["means"][i], curve["stds"][i] if curve["n"] > 1 else "")
-                cells.append(f"**{cell}**" if curve["means"][i] == best[h] else cell)
+                cell = _accuracy_at(curve, h)
+                cells.append(f"**{cell}**" if curve["means"][curve["heights"].index(h)] == best[h] else cell)
             lines.append(
                 f"| {scheme} | {curve['variant']} | {_conversion_name(curve)} | "
                 f"{curve['n']} | " + " | ".join(cells) + " |"
@@ -436,14 +446,13 @@ def best_conversions_table(curves: dict[str, list[dict]]) -> str:
                     cells.append("-")
                     continue
                 (mean, best), runner_up = at_h[0], at_h[1:2]
-                spread = best["stds"][best["heights"].index(h)] if best["n"] > 1 else ""
                 share = f" ({100 * mean / one_x:.0f}%)" if one_x else ""
                 lead = (
                     f", +{100 * (mean - runner_up[0][0]):.2f} over {_conversion_name(runner_up[0][1])}"
                     if runner_up
                     else ""
                 )
-                cells.append(f"{_percent(mean, spread)}{share} {_conversion_name(best)}{lead}")
+                cells.append(f"{_accuracy_at(best, h)}{share} {_conversion_name(best)}{lead}")
             first = f"{100 * one_x:.2f} ({train_height}px)" if one_x is not None else "-"
             lines.append(f"| {scheme} | {variant} | {first} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -607,9 +616,7 @@ def _extrapolation_chart(curves: dict[str, list[dict]], path: Path) -> None:
     figure, panels = plt.subplots(rows, columns, figsize=(width, 3.6 * rows), squeeze=False, sharey=True)
     for axes, (scheme, scheme_curves) in zip(panels.flat, sorted(curves.items())):
         modes = sorted({c["mode"] for c in scheme_curves})
-        for curve in sorted(
-            scheme_curves, key=lambda c: (c["variant"], c["mode"], c["temperature"] == "log", c["images"] or 0)
-        ):
+        for curve in sorted(scheme_curves, key=_curve_order):
             label = ("" if curve["variant"] == "exact" else f"{curve['variant']}, ") + _conversion_name(curve)
             axes.errorbar(
                 curve["heights"],
@@ -647,17 +654,18 @@ def _epoch_chart(curves: list[dict], path: Path) -> None:
     a band of one std over seeds."""
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(7.5, 4.8))
+    palette = 10 if len(curves) <= 10 else 20  # matplotlib's 10 default colours, or tab20's
     for index, curve in enumerate(curves):
         means = [100 * m for m in curve["means"]]
         stds = [100 * s for s in curve["stds"]]
-        color = f"C{index % 10}" if len(curves) <= 10 else plt.get_cmap("tab20")(index % 20)
+        color = f"C{index % 10}" if palette == 10 else plt.get_cmap("tab20")(index % 20)
         axes.plot(
             curve["epochs"],
             means,
             marker=".",
             color=color,
             label=curve["label"],
-            linestyle="-" if index < max(10, min(len(curves), 20)) else "--",
+            linestyle="-" if index < palette else "--",  # dashed once the colours repeat
         )
         axes.fill_between(
             curve["epochs"],

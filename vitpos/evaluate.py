@@ -58,11 +58,15 @@ def subset_mask(size: int, limit: int | None) -> torch.Tensor | None:
     return mask
 
 
-def accuracy(model, datamodule, split: str, device: torch.device, limit: int | None) -> float:
-    """Top-1 accuracy of `model` on a split of `datamodule` at its current `img_size` (on `limit`
-    images of it, see `subset_mask`)."""
+def split_subset(datamodule, split: str, limit: int | None) -> torch.Tensor | None:
+    """The `subset_mask` of `limit` images of `datamodule`'s `split` (None: the whole split)."""
+    return subset_mask(len(datamodule.test_set if split == "test" else datamodule.val_set), limit)
+
+
+def accuracy(model, datamodule, split: str, device: torch.device, mask: torch.Tensor | None) -> float:
+    """Top-1 accuracy of `model` on a split of `datamodule` at its current `img_size` (on the images
+    `mask` keeps, see `split_subset`; None: all)."""
     loader = datamodule.test_dataloader() if split == "test" else datamodule.val_dataloader()
-    mask = subset_mask(len(datamodule.test_set if split == "test" else datamodule.val_set), limit)
     metric = MulticlassAccuracy(datamodule.num_classes, top_k=1, average="micro").to(device)
     start = 0
     bf16 = bf16_supported(device.type)
@@ -137,13 +141,14 @@ def evaluate(
                     )
                 continue
             if len(candidates) > 1:
+                val_mask = split_subset(datamodule, "val", limit)
                 val_accs = {
                     (mode, temperature): accuracy(
                         model_from_checkpoint(checkpoint, size, mode, temperature).to(device),
                         datamodule,
                         "val",
                         device,
-                        limit,
+                        val_mask,
                     )
                     for mode, temperature in candidates
                 }
@@ -166,7 +171,8 @@ def evaluate_one(model, path: Path, trained: dict, datamodule, split, device, li
     its row of resolution.csv, printed, and its accuracy logged into the run; a conversion the user
     forced (`forced`: the resize_mode and attn_temperature asked for) and a subset (`limit`) get their
     own tag, so every conversion of one checkpoint stays readable (`runs.conversion_suffix`)."""
-    acc = accuracy(model, datamodule, split, device, limit)
+    mask = split_subset(datamodule, split, limit)
+    acc = accuracy(model, datamodule, split, device, mask)
     size = model.config["img_size"]
     row = dict(
         run=run_label(path),
@@ -185,9 +191,7 @@ def evaluate_one(model, path: Path, trained: dict, datamodule, split, device, li
         f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}{conversion}  {split} acc {acc:.4f}{note}", flush=True
     )
     if writer is not None:
-        split_size = len(datamodule.test_set if split == "test" else datamodule.val_set)
-        subset = limit if subset_mask(split_size, limit) is not None else None
-        suffix = conversion_suffix(*(forced or (None, None)), subset)
+        suffix = conversion_suffix(*(forced or (None, None)), limit if mask is not None else None)
         writer.add_scalar(f"resolution/{split}_acc" + (f"_{suffix}" if suffix else ""), acc, global_step=size[0])
     return row
 
