@@ -295,6 +295,21 @@ def test_compare_says_which_runs_it_left_out(three_runs, tmp_path, capsys):
     assert "note: left out 1 unfinished run(s) (no results.json): training/version_0" in capsys.readouterr().out
 
 
+def test_a_copied_run_keeps_its_own_finish_time_precision_and_device(three_runs, tmp_path):
+    """A study archived into the repository and checked out elsewhere: every file's time is the
+    checkout's, but runs.csv still says when and on what each run trained."""
+    copy = tmp_path / "archive" / "run" / "version_0"
+    shutil.copytree(three_runs[0]["log_dir"], copy)
+    os.utime(copy / RESULTS_FILE, (0, 0))  # 1970: what no run's own time is
+    results = json.loads((copy / RESULTS_FILE).read_text())
+    compare(tmp_path / "archive", out=tmp_path / "out")
+    with open(tmp_path / "out" / "runs.csv") as f:
+        (row,) = csv.DictReader(f)
+    assert row["finished"] == results["finished_at"] and row["finished"] > "2026"
+    assert row["precision"] == results["precision"] == "32-true"  # tiny_overrides train in fp32
+    assert row["device"] == results["device"] and row["device"].startswith("CPU ")
+
+
 def test_images_per_second_is_the_runs_own_figure(three_runs, tmp_path):
     """compare reports the img/s that the run's closing summary printed and results.json holds."""
     rows = compare(three_runs[0]["log_dir"], out=tmp_path / "out")

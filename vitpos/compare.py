@@ -155,7 +155,11 @@ def summarize(run: Path, root: Path) -> dict:
         if speeds
         else "",
         fit_minutes=round(results["fit_seconds"] / 60, 2) if "fit_seconds" in results else "",
-        finished=datetime.fromtimestamp((run / RESULTS_FILE).stat().st_mtime).isoformat(timespec="seconds"),
+        precision=results.get("precision", ""),
+        device=results.get("device", ""),
+        # results.json's own time (older runs: its file's, which a git checkout resets)
+        finished=results.get("finished_at")
+        or datetime.fromtimestamp((run / RESULTS_FILE).stat().st_mtime).isoformat(timespec="seconds"),
         run=str(run.relative_to(root)) if run != root else run.name,
     )
     for tag in sorted(t for t in scalars if t.startswith(RESOLUTION_TAG)):

@@ -11,6 +11,7 @@ import signal
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import lightning as L
@@ -443,6 +444,10 @@ def finish_run(
     # the run's one throughput figure (summary, results.json, compare): training images over the fit's
     # wall-clock time, validation included (a resumed run: the time lost after its checkpoint is not counted)
     metrics["images_per_s"] = round(images / max(fit_seconds, 1e-9), 1)
+    # what the times and the numerics depend on: a study spread over machines keeps them beside each run
+    metrics["precision"] = str(trainer.precision)
+    metrics["device"] = device_description(trainer.strategy.root_device)
+    metrics["finished_at"] = datetime.now().isoformat(timespec="seconds")  # a copied log keeps it
     if trainer.is_global_zero:
         (log_dir / RESULTS_FILE).write_text(json.dumps(metrics, indent=1) + "\n")
         print(summary(cfg, metrics), flush=True)
