@@ -1,30 +1,32 @@
 #!/usr/bin/env bash
-# The positional-encoding studies of docs/RESULTS.md, resumable. Run from the repository root:
-#   bash scripts/study.sh runs       # SCHEMES x SEEDS: train with the study's recipe, then evaluate at
-#                                    # 1x/1.5x/2x with no fine-tune (both modes where a scheme has two)
-#   bash scripts/study.sh finetune   # a short fine-tune at 2x of every finished run (FINETUNE_SEEDS)
-#   bash scripts/study.sh mixed      # MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES (one size per
-#                                    # step, tokens per step capped at a 1x step's); fmnist: evaluated at MIXED_EVAL
-#                                    # in the scheme's default mode, their single-size twins at 20 px too
-#   bash scripts/study.sh fuzzy      # FUZZY_SCHEMES x SEEDS trained with fuzzy positions (pos.fuzzy=true),
-#                                    # evaluated as `runs` evaluates
-#   bash scripts/study.sh extrapolation  # every finished run of `runs`, `fuzzy`, `mixed` at EXTRAP_SIZES (1x..3x) with
-#                                    # every resize mode of its scheme, each without and with attn_temperature=log
-#                                    # (evaluate resize_mode=all), on EXTRAP_LIMIT test images (default 2000, the
-#                                    # same random ones every time)
-#   bash scripts/study.sh tables     # docs/results/<study>*/ from the logs, and the logs' light files
-#                                    # (no checkpoints) archived to docs/results/study_logs/
-#   bash scripts/study.sh all        # seed by seed: runs, fuzzy, (cifar10) mixed, extrapolation, finetune; then tables
+# The positional-encoding studies of docs/RESULTS.md, resumable across sessions and machines. Run from
+# the repository root:
+#   bash scripts/study.sh runs     # SCHEMES x SEEDS, the study's recipe
+#   bash scripts/study.sh fuzzy    # FUZZY_SCHEMES x SEEDS trained with fuzzy positions (pos.fuzzy=true)
+#   bash scripts/study.sh mixed    # MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES (one size per
+#                                  # step, tokens per step capped at a 1x step's)
+#   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare)
+#   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then tables
+# Each run goes through every step that needs its checkpoint, one after the other:
+#   train -> evaluate at SIZES with no fine-tune (both modes where a scheme has two; runs, fuzzy)
+#         -> every conversion of its scheme at EXTRAP_SIZES (cifar10: 1x..3x), each without and with
+#            attn_temperature=log (evaluate resize_mode=all), on EXTRAP_LIMIT test images (default
+#            2000, the same random ones every time)
+#         -> a short fine-tune at 2x (runs, seeds in FINETUNE_SEEDS); fmnist: MIXED_EVAL/TWIN_EVAL sizes
+#         -> its light files (logs, results, CSVs: no checkpoints) archived to ARCHIVE
+# ARCHIVE (default docs/results/study_logs, committed with the results) is what outlives a machine:
+# a run archived with every output is done and needs no checkpoint; any other run is continued from
+# LOGS (an interrupted one resumes from its last.ckpt, a missing evaluation is run) or, where its
+# checkpoint is gone, trained again. So the study can stop at any point and continue on another day
+# or machine from a checkout that holds the archive, or be spread over machines with SEEDS= or SCHEMES=.
 # DATASET picks the study:
 #   cifar10 (default)  experiment=cifar10_study at 32 px, evaluated at 32/48/64 px, fine-tuned at 64 px;
 #                      reads CIFAR-10 from CIFAR10_ROOT (data.root: an archive, folder or image tree of it)
-#                      or finds it in data/; logs and checkpoints in LOGS (default ~/vitpos-study, outside
-#                      the checkout, so a new checkout continues the study)
+#                      or finds it in data/; checkpoints in LOGS (default ~/vitpos-study, outside the checkout)
 #   fmnist             experiment=fmnist_cpu at 28 px, evaluated at 28/44/56 px, fine-tuned at 56 px
 #                      (Debian's dataset-fashion-mnist); LOGS default logs/
-# Each step whose result exists (a run's results.json, an evaluation's resolution.csv) is skipped, and
-# a run whose checkpoint is gone is trained again, so the study can stop at any point and continue
-# later, or be spread over machines with SEEDS= or SCHEMES= (copy LOGS between them).
+# RESULTS (default docs/results) is where `tables` writes and ARCHIVE lies, so a study can run from
+# another checkout of the same code (RESULTS=<checkout>/docs/results) while this one is edited.
 # A study run uses 2 processes (both cores of a 2-core CPU): one study.sh at a time.
 set -euo pipefail
 DATASET=${DATASET:-cifar10}
@@ -33,10 +35,10 @@ case $DATASET in
     SCHEMES=${SCHEMES:-none,1d_learned,2d_learned,2d_sin,rel_bias,rel_shaw,cpb,rope_axial,rope_mixed,cpe}
     EXPERIMENT=cifar10_study; FT_EXPERIMENT=cifar10_finetune; RUN_TAG=cifar10_32px; FT_TAG=cifar10_64px_from_32px
     SIZES="[32,48,64]"    # 1x (8x8 grid), 1.5x (12x12), 2x (16x16)
-    EXTRAP_SIZES="[32,48,64,96]"    # 1x, 1.5x, 2x, 3x (24x24)
+    EXTRAP_SIZES=${EXTRAP_SIZES-"[32,48,64,96]"}    # 1x, 1.5x, 2x, 3x (24x24)
     MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,rope_mixed,1d_learned}
     MIXED_SIZES=${MIXED_SIZES:-"[32,48,64]"}    # 1x..2x; the training-free methods' 1x..3x is the comparison
-    MIXED_EVAL=""                   # the mixed runs and their twins are evaluated by `extrapolation`
+    MIXED_EVAL=""                   # the mixed runs and their twins: by the extrapolation step
     TWIN_EVAL=""
     LOGS=${LOGS:-$HOME/vitpos-study}
     DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
@@ -44,7 +46,7 @@ case $DATASET in
     SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
     EXPERIMENT=fmnist_cpu; FT_EXPERIMENT=fmnist_finetune; RUN_TAG=fashion_mnist_28px; FT_TAG=fashion_mnist_56px_from_28px
     SIZES="[28,44,56]"    # 1x (7x7 grid), 1.57x (11x11: 42 px is no multiple of the patch), 2x (14x14)
-    EXTRAP_SIZES="[28,44,56,84]"    # 1x, 1.57x, 2x, 3x
+    EXTRAP_SIZES=${EXTRAP_SIZES-}    # none unless asked for (the study predates it): [28,44,56,84] is 1x..3x
     MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,1d_learned,rel_bias,cpb,rope_mixed,cpe}
     # 0.71x..1.57x of 28 px, and the same extended to 2x
     MIXED_SIZES=${MIXED_SIZES:-"[20,28,36,44] [20,28,36,44,56]"}
@@ -58,13 +60,13 @@ SEEDS=${SEEDS:-0,1,2}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
 EXTRAP_LIMIT=${EXTRAP_LIMIT:-2000}  # 3x costs ~9x the tokens of 1x per image: a fixed random fifth of the test split
+RESULTS=${RESULTS:-docs/results}
+ARCHIVE=${ARCHIVE:-$RESULTS/study_logs}
 read -ra MIXED_LISTS <<< "$MIXED_SIZES"    # split on spaces without globbing the brackets
-STUDY=$LOGS/$EXPERIMENT
-FINETUNED=$LOGS/$FT_EXPERIMENT
 TWO_MODES=" 1d_sin 2d_sin rope_axial rope_mixed "   # schemes with an extrapolate/interpolate choice
 QUIET="trainer.enable_progress_bar=false callbacks.figures=null"
 
-# a finished run: results.json and its best checkpoint (a run whose checkpoint is gone is trained again)
+# a trained run in LOGS: results.json and its best checkpoint (a run whose checkpoint is gone is trained again)
 finished() { compgen -G "$1/version_*/results.json" > /dev/null && compgen -G "$1/version_*/checkpoints/best-*.ckpt" > /dev/null; }
 # shellcheck disable=SC2012  # run folders and checkpoints: names vitpos writes
 latest() { ls -d "$1"/version_* 2> /dev/null | sort -V | tail -n 1; }
@@ -74,131 +76,132 @@ resume_arg() { local v; v=$(latest "$1"); [ -n "$v" ] && [ -f "$v/checkpoints/la
 # an interrupted run can leave an earlier one behind); sort -V orders version_9 < version_10, epoch9 < epoch12
 # shellcheck disable=SC2012  # run folders and checkpoints: names vitpos writes
 best() { ls "$1"/version_*/checkpoints/best-*.ckpt | sort -V | tail -n 1; }
+version_of() { dirname "$(dirname "$(best "$1")")"; }    # the version folder that holds a run's best checkpoint
 say() { echo "[study $(date +%H:%M:%S)] $*"; }
+two_modes() { [[ $TWO_MODES == *" $1 "* ]]; }
+listed() { [[ ,$2, == *",$1,"* ]]; }    # item, comma-separated list
 
-evaluate() {  # run folder, scheme[, sizes, output prefix, modes]: no-fine-tune transfer, logged into the run's TensorBoard
-  local version mode sizes=${3:-$SIZES} prefix=${4:-transfer} modes=${5:-default interpolate}
-  version=$(dirname "$(dirname "$(best "$1")")")
-  for mode in $modes; do
-    [ "$mode" = default ] || [[ $TWO_MODES == *" $2 "* ]] || continue
-    [ -f "$version/${prefix}_$mode/resolution.csv" ] && continue
-    say "evaluate $version ($mode, $sizes)"
+# what a finished run of this kind and scheme leaves in its version folder, one path a line
+outputs() {  # kind (runs, fuzzy, mixed), scheme
+  echo results.json
+  if [ "$1" = mixed ]; then
+    [ -z "$MIXED_EVAL" ] || echo mixed_eval_default/resolution.csv
+  else
+    echo transfer_default/resolution.csv
+    ! two_modes "$2" || echo transfer_interpolate/resolution.csv
+    [ "$1" != runs ] || [ -z "$TWIN_EVAL" ] || ! listed "$2" "$MIXED_SCHEMES" || echo mixed_eval_default/resolution.csv
+  fi
+  [ -z "$EXTRAP_SIZES" ] || echo extrapolation/resolution.csv
+}
+
+archived() {  # run (relative to LOGS and ARCHIVE), outputs...: its archived version has all of them
+  local version output
+  version=$(latest "$ARCHIVE/$1")
+  [ -n "$version" ] || return 1
+  shift
+  for output in "$@"; do [ -f "$version/$output" ] || return 1; done
+}
+
+archive() {  # run (relative to LOGS): its best version's light files replace its archived ones
+  local version
+  version=$(version_of "$LOGS/$1")
+  rm -rf "${ARCHIVE:?}/$1" && mkdir -p "$ARCHIVE"
+  (cd "$LOGS" && find "$1/$(basename "$version")" -path '*/checkpoints' -prune -o -type f -print |
+     grep -v -e '\.ckpt$' -e '\.png$' | tar -cf - -T -) | tar -xf - -C "$ARCHIVE"
+  say "archived $1 to $ARCHIVE"
+}
+
+evaluate() {  # run folder, scheme, sizes, output prefix, modes: no-fine-tune transfer, logged into the run's TensorBoard
+  local version mode
+  version=$(version_of "$1")
+  for mode in $5; do
+    [ "$mode" = default ] || two_modes "$2" || continue
+    [ -f "$version/${4}_$mode/resolution.csv" ] && continue
+    say "evaluate $version ($mode, $3)"
     # shellcheck disable=SC2046  # no resize_mode argument for the default mode
-    python -m vitpos.evaluate ckpt="$(best "$1")" img_sizes="$sizes" \
-      out="$version/${prefix}_$mode" $([ "$mode" = default ] || echo "resize_mode=$mode")
+    python -m vitpos.evaluate ckpt="$(best "$1")" img_sizes="$3" \
+      out="$version/${4}_$mode" $([ "$mode" = default ] || echo "resize_mode=$mode")
   done
 }
 
-runs() {
-  local seed pos run
-  for seed in ${SEEDS//,/ }; do          # seed-major: every scheme has a result before any has three
-    for pos in ${SCHEMES//,/ }; do
-      run=$STUDY/${pos}_${RUN_TAG}_seed$seed
-      if ! finished "$run"; then
-        say "train $run"
-        # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
-        python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
-          $(resume_arg "$run")
-      fi
-      evaluate "$run" "$pos"
-    done
-  done
+extrapolate() {  # run folder: every conversion into <version>/extrapolation/ (TensorBoard: resolution/test_acc_[<mode>_]t<temperature>)
+  local version
+  version=$(version_of "$1")
+  [ -n "$EXTRAP_SIZES" ] && [ ! -f "$version/extrapolation/resolution.csv" ] || return 0
+  say "extrapolate $version (every conversion, $EXTRAP_SIZES)"
+  python -m vitpos.evaluate ckpt="$(best "$1")" img_sizes="$EXTRAP_SIZES" resize_mode=all \
+    limit="$EXTRAP_LIMIT" out="$version/extrapolation"
 }
 
-fuzzy() {
-  local seed pos run
-  for seed in ${SEEDS//,/ }; do
-    for pos in ${FUZZY_SCHEMES//,/ }; do
-      run=$STUDY/${pos}_fuzzy_${RUN_TAG}_seed$seed
-      if ! finished "$run"; then
-        say "train $run"
-        # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
-        python train.py experiment=$EXPERIMENT pos="$pos" pos.fuzzy=true seed="$seed" paths.log_dir="$LOGS" \
-          $DATA_ARGS $QUIET $(resume_arg "$run")
-      fi
-      evaluate "$run" "$pos"
-    done
-  done
-}
-
-extrapolation() {  # every conversion of a run into <version>/extrapolation/ (TensorBoard: resolution/test_acc_[<mode>_]t<temperature>)
-  local seed run version
-  for seed in ${SEEDS//,/ }; do
-    for run in $(for pos in ${SCHEMES//,/ }; do echo "$STUDY/${pos}_${RUN_TAG}_seed$seed"; done) \
-               $(for pos in ${FUZZY_SCHEMES//,/ }; do echo "$STUDY/${pos}_fuzzy_${RUN_TAG}_seed$seed"; done) \
-               $(for sizes in "${MIXED_LISTS[@]}"; do for pos in ${MIXED_SCHEMES//,/ }; do
-                   echo "$STUDY/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed"; done; done); do
-      finished "$run" || continue
-      version=$(dirname "$(dirname "$(best "$run")")")
-      [ -f "$version/extrapolation/resolution.csv" ] && continue
-      say "extrapolate $version (every conversion, $EXTRAP_SIZES)"
-      python -m vitpos.evaluate ckpt="$(best "$run")" img_sizes="$EXTRAP_SIZES" resize_mode=all \
-        limit="$EXTRAP_LIMIT" out="$version/extrapolation"
-    done
-  done
-}
-
-finetune() {
-  local seed pos run
-  for seed in ${FINETUNE_SEEDS//,/ }; do
-    for pos in ${SCHEMES//,/ }; do
-      run=$STUDY/${pos}_${RUN_TAG}_seed$seed
-      finished "$run" || continue
-      finished "$FINETUNED/${pos}_${FT_TAG}_seed$seed" && continue
-      say "fine-tune $run at 2x"
+study_run() {  # kind (runs, fuzzy, mixed), scheme, seed[, training sizes]: the run, then each step that needs its checkpoint
+  local kind=$1 pos=$2 seed=$3 sizes=${4:-} run finetuned="" args=() wanted
+  case $kind in
+    runs) run=$EXPERIMENT/${pos}_${RUN_TAG}_seed$seed ;;
+    fuzzy) run=$EXPERIMENT/${pos}_fuzzy_${RUN_TAG}_seed$seed; args=(pos.fuzzy=true) ;;
+    mixed) run=$EXPERIMENT/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed
+           args=(train_img_sizes="$sizes" batch_by_tokens=true) ;;
+  esac
+  [ "$kind" != runs ] || ! listed "$seed" "$FINETUNE_SEEDS" || finetuned=$FT_EXPERIMENT/${pos}_${FT_TAG}_seed$seed
+  mapfile -t wanted < <(outputs "$kind" "$pos")
+  if archived "$run" "${wanted[@]}" && { [ -z "$finetuned" ] || archived "$finetuned" results.json; }; then
+    return    # done: its results are in the archive
+  fi
+  if ! finished "$LOGS/$run"; then
+    say "train $LOGS/$run"
+    # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
+    python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET "${args[@]}" \
+      $(resume_arg "$LOGS/$run")
+    finished "$LOGS/$run" || { echo "error: training left no results.json and best checkpoint in $LOGS/$run" >&2; exit 1; }
+  fi
+  if [ "$kind" = mixed ]; then
+    [ -z "$MIXED_EVAL" ] || evaluate "$LOGS/$run" "$pos" "$MIXED_EVAL" mixed_eval default
+  else
+    evaluate "$LOGS/$run" "$pos" "$SIZES" transfer "default interpolate"
+    [ "$kind" != runs ] || [ -z "$TWIN_EVAL" ] || ! listed "$pos" "$MIXED_SCHEMES" ||
+      evaluate "$LOGS/$run" "$pos" "$TWIN_EVAL" mixed_eval default
+  fi
+  extrapolate "$LOGS/$run"
+  if [ -n "$finetuned" ] && ! archived "$finetuned" results.json; then
+    if ! finished "$LOGS/$finetuned"; then
+      say "fine-tune $LOGS/$run at 2x"
       # shellcheck disable=SC2086  # none or several words: $DATA_ARGS, $QUIET
       python train.py experiment=$FT_EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
-        finetune_from="$(best "$run")"
-    done
-  done
+        finetune_from="$(best "$LOGS/$run")"
+    fi
+    archive "$finetuned"
+  fi
+  archive "$run"
 }
 
 mixed_tag() { echo "train$(echo "$1" | tr -d '[]' | tr , -)px"; }    # the run-name tag train.py gives these sizes
 
+runs() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${SCHEMES//,/ }; do study_run runs "$pos" "$seed"; done; done; }
+fuzzy() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${FUZZY_SCHEMES//,/ }; do study_run fuzzy "$pos" "$seed"; done; done; }
 mixed() {
-  local sizes seed pos run
+  local sizes seed pos
   for sizes in "${MIXED_LISTS[@]}"; do
-    for seed in ${SEEDS//,/ }; do
-      for pos in ${MIXED_SCHEMES//,/ }; do
-        run=$STUDY/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed
-        if ! finished "$run"; then
-          say "train $run"
-          # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
-          python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
-            train_img_sizes="$sizes" batch_by_tokens=true $(resume_arg "$run")
-        fi
-        [ -z "$MIXED_EVAL" ] || evaluate "$run" "$pos" "$MIXED_EVAL" mixed_eval default
-        [ -z "$TWIN_EVAL" ] || ! finished "$STUDY/${pos}_${RUN_TAG}_seed$seed" ||
-          evaluate "$STUDY/${pos}_${RUN_TAG}_seed$seed" "$pos" "$TWIN_EVAL" mixed_eval default
-      done
-    done
+    for seed in ${SEEDS//,/ }; do for pos in ${MIXED_SCHEMES//,/ }; do study_run mixed "$pos" "$seed" "$sizes"; done; done
   done
 }
 
 tables() {
-  local archive=docs/results/study_logs study
-  mkdir -p "$archive"
+  local study
   for study in $EXPERIMENT $FT_EXPERIMENT; do
-    [ -d "$LOGS/$study" ] || continue
-    rm -rf "${archive:?}/$study"
-    (cd "$LOGS" && find "$study" -path '*/checkpoints' -prune -o -type f -print | grep -v -e '\.ckpt$' -e '\.png$' |
-       tar -cf - -T -) | tar -xf - -C "$archive"
-    python -m vitpos.compare "$archive/$study" out="docs/results/$study"
+    [ -d "$ARCHIVE/$study" ] || continue
+    python -m vitpos.compare "$ARCHIVE/$study" out="$RESULTS/$study"
   done
 }
 
 case ${1:-all} in
   runs) runs ;;
-  finetune) finetune ;;
+  fuzzy) fuzzy ;;
   mixed) mixed ;;
   tables) tables ;;
-  fuzzy) fuzzy ;;
-  extrapolation) extrapolation ;;
-  all) for seed in ${SEEDS//,/ }; do
-         SEEDS=$seed FINETUNE_SEEDS=$seed
-         runs; fuzzy; [ "$DATASET" = fmnist ] || mixed; extrapolation; finetune
+  all) for seed in ${SEEDS//,/ }; do    # seed-major: every run has a result before any has three
+         SEEDS=$seed
+         runs; fuzzy; mixed
        done
        tables ;;
-  *) echo "error: unknown step '${1}'; use one of runs, finetune, fuzzy, extrapolation, mixed, tables, all" >&2
+  *) echo "error: unknown step '${1}'; use one of runs, fuzzy, mixed, tables, all" >&2
      exit 2 ;;
 esac

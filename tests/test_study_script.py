@@ -1,10 +1,13 @@
-"""scripts/study.sh resumes a study: finished steps are skipped, an interrupted run is continued
-from its last.ckpt, and a run whose checkpoint is gone is trained again. `python` is replaced by
-a stand-in that records each command and writes the files a real run or evaluation would."""
+"""scripts/study.sh resumes a study across sessions and machines: each run goes through every step
+that needs its checkpoint and is then archived (light files only); an archived run is done without
+its checkpoint, an interrupted run continues from its last.ckpt, and a run whose checkpoint is gone
+and whose archive is incomplete is trained again. `python` is replaced by a stand-in that records
+each command and writes the files a real run or evaluation would."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,14 +21,17 @@ if [ "$1" = train.py ]; then
   fuzzy=$([ "${arg[pos.fuzzy]:-}" = true ] && echo _fuzzy || true)
   sizes=$(echo "${arg[train_img_sizes]:-}" | tr -d '[]' | tr , -)
   mixed=$([ -n "$sizes" ] && echo "_train${sizes}px" || true)
-  run=${arg[paths.log_dir]}/${arg[experiment]}/${arg[pos]}${fuzzy}_cifar10_32px${mixed}_seed${arg[seed]}
+  size=$([ -n "${arg[finetune_from]:-}" ] && echo 64px_from_32px || echo 32px)
+  run=${arg[paths.log_dir]}/${arg[experiment]}/${arg[pos]}${fuzzy}_cifar10_${size}${mixed}_seed${arg[seed]}
   if [ -n "${arg[resume]:-}" ]; then version=$(ls -d "$run"/version_* | tail -n 1); else
     version=$run/version_$(ls -d "$run"/version_* 2> /dev/null | wc -l); fi
-  mkdir -p "$version/checkpoints" && touch "$version/results.json" "$version/checkpoints/best-epoch1-step9.ckpt"
+  mkdir -p "$version/checkpoints"
+  touch "$version/results.json" "$version/events.out.tfevents.1.vm" "$version/checkpoints/best-epoch1-step9.ckpt"
 else
   mkdir -p "${arg[out]}" && touch "${arg[out]}/resolution.csv"
 fi
 """
+QUIET = "trainer.enable_progress_bar=false callbacks.figures=null"
 
 
 def make_run(folder: Path, *files: str) -> None:
@@ -34,8 +40,8 @@ def make_run(folder: Path, *files: str) -> None:
         (folder / name).touch()
 
 
-def fake_env(tmp_path: Path, logs: Path, **settings) -> dict:
-    """The environment of a study.sh run whose `python` is FAKE_PYTHON."""
+def fake_env(tmp_path: Path, **settings) -> dict:
+    """The environment of a study.sh run whose `python` is FAKE_PYTHON, with LOGS and RESULTS in tmp_path."""
     fake = tmp_path / "bin" / "python"
     fake.parent.mkdir(exist_ok=True)
     fake.write_text(FAKE_PYTHON)
@@ -44,7 +50,8 @@ def fake_env(tmp_path: Path, logs: Path, **settings) -> dict:
         os.environ,
         PATH=f"{fake.parent}:{os.environ['PATH']}",
         CALLS=str(tmp_path / "calls"),
-        LOGS=str(logs),
+        LOGS=str(tmp_path / "logs"),
+        RESULTS=str(tmp_path / "results"),
         DATASET="cifar10",
         **settings,
     )
@@ -52,80 +59,99 @@ def fake_env(tmp_path: Path, logs: Path, **settings) -> dict:
     return env
 
 
-def test_study_skips_finished_steps_resumes_interrupted_runs_and_retrains_lost_checkpoints(tmp_path):
-    logs = tmp_path / "study"
-    study = logs / "cifar10_study"
-    make_run(
-        study / "done_cifar10_32px_seed0" / "version_0",
-        "results.json",
-        "checkpoints/best-epoch9-step90.ckpt",
-        "transfer_default/resolution.csv",
-    )
-    make_run(study / "lost_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/last.ckpt")
-    make_run(study / "killed_cifar10_32px_seed0" / "version_0", "checkpoints/last.ckpt")
-    env = fake_env(tmp_path, logs, SCHEMES="done,lost,killed", SEEDS="0")
-    result = subprocess.run(["bash", "scripts/study.sh", "runs"], cwd=ROOT, env=env, capture_output=True, text=True)
+def study(tmp_path: Path, env: dict, step: str = "runs") -> list[str]:
+    """Run one step of study.sh; return the python commands it ran so far."""
+    result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    calls = (tmp_path / "calls").read_text().splitlines()
+    calls = tmp_path / "calls"
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_a_run_takes_every_step_then_its_archive_outlives_the_machine(tmp_path):
+    env = fake_env(tmp_path, SCHEMES="2d_sin", SEEDS="0")
+    calls = study(tmp_path, env)
+    logs, run = tmp_path / "logs", "cifar10_study/2d_sin_cifar10_32px_seed0"
+    best = f"{logs}/{run}/version_0/checkpoints/best-epoch1-step9.ckpt"
+    assert calls == [
+        f"train.py experiment=cifar10_study pos=2d_sin seed=0 paths.log_dir={logs} {QUIET}",
+        f"-m vitpos.evaluate ckpt={best} img_sizes=[32,48,64] out={logs}/{run}/version_0/transfer_default",
+        f"-m vitpos.evaluate ckpt={best} img_sizes=[32,48,64] out={logs}/{run}/version_0/transfer_interpolate "
+        "resize_mode=interpolate",
+        f"-m vitpos.evaluate ckpt={best} img_sizes=[32,48,64,96] resize_mode=all limit=2000 "
+        f"out={logs}/{run}/version_0/extrapolation",
+        f"train.py experiment=cifar10_finetune pos=2d_sin seed=0 paths.log_dir={logs} {QUIET} finetune_from={best}",
+    ]
+    archive = tmp_path / "results" / "study_logs"
+    archived = sorted(str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file())
+    assert archived == [
+        "cifar10_finetune/2d_sin_cifar10_64px_from_32px_seed0/version_0/events.out.tfevents.1.vm",
+        "cifar10_finetune/2d_sin_cifar10_64px_from_32px_seed0/version_0/results.json",
+        f"{run}/version_0/events.out.tfevents.1.vm",
+        f"{run}/version_0/extrapolation/resolution.csv",
+        f"{run}/version_0/results.json",
+        f"{run}/version_0/transfer_default/resolution.csv",
+        f"{run}/version_0/transfer_interpolate/resolution.csv",
+    ]  # no checkpoint
+    assert study(tmp_path, env) == calls  # all done
+    shutil.rmtree(logs)  # another machine, the same checkout: the archive says it is done
+    assert study(tmp_path, env) == calls
+    (archive / run / "version_0" / "extrapolation" / "resolution.csv").unlink()  # an output missing, no checkpoint
+    again = study(tmp_path, env)[len(calls) :]
+    assert again[0] == calls[0] and len(again) == len(calls) - 1  # trained again, evaluated; its fine-tune is archived
+    assert (archive / run / "version_0" / "extrapolation" / "resolution.csv").is_file()
+
+
+def test_runs_in_logs_are_finished_resumed_or_retrained(tmp_path):
+    study_logs = tmp_path / "logs" / "cifar10_study"
+    outputs = ("transfer_default/resolution.csv", "extrapolation/resolution.csv")
+    make_run(study_logs / "done_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/best-e9.ckpt", *outputs)
+    make_run(study_logs / "lost_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/last.ckpt")
+    make_run(study_logs / "killed_cifar10_32px_seed0" / "version_0", "checkpoints/last.ckpt")
+    env = fake_env(tmp_path, SCHEMES="done,lost,killed", SEEDS="0", FINETUNE_SEEDS="1")
+    calls = study(tmp_path, env)
+    assert not any("pos=done" in c or "done_cifar10" in c for c in calls)  # trained and evaluated: archived only
+    assert (tmp_path / "results/study_logs/cifar10_study/done_cifar10_32px_seed0/version_0/results.json").is_file()
     trains = [c for c in calls if c.startswith("train.py")]
-    assert len(trains) == 2 and not any("pos=done" in c for c in calls)  # finished and evaluated: nothing to do
+    assert len(trains) == 2 and not any("cifar10_finetune" in c for c in trains)  # seed 0 is no fine-tune seed
     lost = next(c for c in trains if "pos=lost" in c)
-    assert "resume=true" not in lost and (study / "lost_cifar10_32px_seed0" / "version_1" / "results.json").is_file()
+    assert "resume=true" not in lost
+    assert (study_logs / "lost_cifar10_32px_seed0" / "version_1" / "results.json").is_file()
     killed = next(c for c in trains if "pos=killed" in c)
-    assert "resume=true" in killed and not (study / "killed_cifar10_32px_seed0" / "version_1").exists()
-    assert all("experiment=cifar10_study" in c and f"paths.log_dir={logs}" in c for c in trains)
+    assert "resume=true" in killed and not (study_logs / "killed_cifar10_32px_seed0" / "version_1").exists()
     evaluations = [c for c in calls if c.startswith("-m vitpos.evaluate")]
-    assert len(evaluations) == 2 and all("img_sizes=[32,48,64]" in c for c in evaluations)
-    assert any("lost_cifar10_32px_seed0/version_1/checkpoints/best-epoch1-step9.ckpt" in c for c in evaluations)
-    again = subprocess.run(["bash", "scripts/study.sh", "runs"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert again.returncode == 0 and len((tmp_path / "calls").read_text().splitlines()) == len(calls)  # all done
+    assert len(evaluations) == 4  # transfer and extrapolation of each trained run, from its newest best checkpoint
+    assert sum("lost_cifar10_32px_seed0/version_1/checkpoints/best-epoch1-step9.ckpt" in c for c in evaluations) == 2
 
 
-def test_study_refuses_an_unknown_dataset():
-    result = subprocess.run(
-        ["bash", "scripts/study.sh", "runs"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, DATASET="mnist"),
-    )
-    assert result.returncode == 2 and result.stderr.startswith("error: DATASET=mnist is not a study")
-
-
-def test_fuzzy_and_mixed_twins_then_every_conversion_of_every_finished_run(tmp_path):
-    logs = tmp_path / "study"
-    study = logs / "cifar10_study"
-    for name in ("2d_sin_cifar10_32px_seed0", "none_cifar10_32px_seed0"):
-        make_run(study / name / "version_0", "results.json", "checkpoints/best-epoch9-step90.ckpt")
-    env = fake_env(
-        tmp_path, logs, SCHEMES="2d_sin,none,cpe", SEEDS="0", FUZZY_SCHEMES="1d_learned", MIXED_SCHEMES="rope_axial"
-    )
-    for step in ("fuzzy", "mixed", "extrapolation"):
-        result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, env=env, capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-    calls = (tmp_path / "calls").read_text().splitlines()
-    quiet = "trainer.enable_progress_bar=false callbacks.figures=null"
+def test_fuzzy_and_mixed_twins_are_trained_extrapolated_and_archived(tmp_path):
+    env = fake_env(tmp_path, SEEDS="0", FUZZY_SCHEMES="1d_learned", MIXED_SCHEMES="rope_axial")
+    study(tmp_path, env, "fuzzy")
+    calls = study(tmp_path, env, "mixed")  # every command so far
+    logs = tmp_path / "logs"
     assert [c for c in calls if c.startswith("train.py")] == [
-        f"train.py experiment=cifar10_study pos=1d_learned pos.fuzzy=true seed=0 paths.log_dir={logs} {quiet}",
-        f"train.py experiment=cifar10_study pos=rope_axial seed=0 paths.log_dir={logs} {quiet} "
+        f"train.py experiment=cifar10_study pos=1d_learned seed=0 paths.log_dir={logs} {QUIET} pos.fuzzy=true",
+        f"train.py experiment=cifar10_study pos=rope_axial seed=0 paths.log_dir={logs} {QUIET} "
         "train_img_sizes=[32,48,64] batch_by_tokens=true",
     ]
-    evaluated = {
-        call.split("ckpt=")[1].split("/version_0")[0].rsplit("/", 1)[1]: call
-        for call in calls
-        if "img_sizes=[32,48,64,96]" in call
-    }
-    # cpe never finished: skipped; every other run once, with every conversion of its scheme
-    assert sorted(evaluated) == [
+    evaluated = [c.split("out=")[1] for c in calls if c.startswith("-m vitpos.evaluate")]
+    assert [e.split("/cifar10_study/")[1] for e in evaluated] == [
+        "1d_learned_fuzzy_cifar10_32px_seed0/version_0/transfer_default",
+        "1d_learned_fuzzy_cifar10_32px_seed0/version_0/extrapolation",
+        "rope_axial_cifar10_32px_train32-48-64px_seed0/version_0/extrapolation",  # mixed: no transfer step
+    ]
+    archive = tmp_path / "results" / "study_logs" / "cifar10_study"
+    assert sorted(p.name for p in archive.iterdir()) == [
         "1d_learned_fuzzy_cifar10_32px_seed0",
-        "2d_sin_cifar10_32px_seed0",
-        "none_cifar10_32px_seed0",
         "rope_axial_cifar10_32px_train32-48-64px_seed0",
     ]
-    assert all("resize_mode=all" in call and "limit=2000" in call for call in evaluated.values())
-    assert evaluated["2d_sin_cifar10_32px_seed0"].endswith("/2d_sin_cifar10_32px_seed0/version_0/extrapolation")
-    before = len(calls)
-    again = subprocess.run(
-        ["bash", "scripts/study.sh", "extrapolation"], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    assert again.returncode == 0 and len((tmp_path / "calls").read_text().splitlines()) == before  # all done
+
+
+def test_study_refuses_an_unknown_dataset_or_step(tmp_path):
+    for settings, step, message in (
+        (dict(DATASET="mnist"), "runs", "error: DATASET=mnist is not a study"),
+        ({}, "finetune", "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, tables, all"),
+    ):
+        env = dict(fake_env(tmp_path), **settings)
+        result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, capture_output=True, text=True, env=env)
+        assert result.returncode == 2 and result.stderr.startswith(message)
+        assert not (tmp_path / "calls").exists()
