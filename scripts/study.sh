@@ -27,7 +27,7 @@
 #                      (Debian's dataset-fashion-mnist); LOGS default logs/
 # RESULTS (default docs/results) is where `tables` writes and ARCHIVE lies, so a study can run from
 # another checkout of the same code (RESULTS=<checkout>/docs/results) while this one is edited.
-# A study run uses 2 processes (both cores of a 2-core CPU): one study.sh at a time.
+# A study run uses 2 processes (both cores of a 2-core CPU): one study.sh trains into a LOGS at a time.
 set -euo pipefail
 DATASET=${DATASET:-cifar10}
 case $DATASET in
@@ -192,6 +192,11 @@ tables() {
   done
 }
 
+if [[ " runs fuzzy mixed all " == *" ${1:-all} "* ]]; then    # the steps that train: one at a time per LOGS
+  mkdir -p "$LOGS"
+  exec 9> "$LOGS/.study.lock"
+  flock -n 9 || { echo "error: another study.sh is training into $LOGS; wait for it, or give this one another LOGS=" >&2; exit 2; }
+fi
 case ${1:-all} in
   runs) runs ;;
   fuzzy) fuzzy ;;

@@ -6,6 +6,7 @@ each command and writes the files a real run or evaluation would."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -155,3 +156,14 @@ def test_study_refuses_an_unknown_dataset_or_step(tmp_path):
         result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, capture_output=True, text=True, env=env)
         assert result.returncode == 2 and result.stderr.startswith(message)
         assert not (tmp_path / "calls").exists()
+
+
+def test_a_second_study_on_the_same_logs_is_refused(tmp_path):
+    env = fake_env(tmp_path, SCHEMES="none", SEEDS="0")
+    (tmp_path / "logs").mkdir()
+    with open(tmp_path / "logs" / ".study.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study.sh holds it
+        result = subprocess.run(["bash", "scripts/study.sh", "runs"], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and not (tmp_path / "calls").exists()
+    assert result.stderr.startswith(f"error: another study.sh is training into {tmp_path / 'logs'}")
+    assert study(tmp_path, env)[0].startswith("train.py")  # once it has ended
