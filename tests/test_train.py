@@ -117,6 +117,21 @@ def test_precision_auto_falls_back_to_fp32(monkeypatch):
     assert resolve_precision("16-mixed", "cpu") == "16-mixed"
 
 
+def test_cpu_name_tells_apart_two_cpus_a_virtual_machine_names_alike(tmp_path, monkeypatch):
+    """Two KVM guests both say 'AMD EPYC'; their family and model numbers (one AVX2-only, one
+    with AVX512-BF16) are what a run's time depends on. Without a model name: the platform's word."""
+    cpuinfo = tmp_path / "cpuinfo"
+    names = []
+    for family, model in ((25, 1), (26, 2)):
+        block = f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\n"
+        cpuinfo.write_text(block + "model name\t: AMD EPYC\nflags\t\t: fpu avx2\n\n" + block.replace(": 0", ": 1"))
+        names.append(precision.cpu_name(cpuinfo))
+    assert names == ["AMD EPYC, family 25 model 1", "AMD EPYC, family 26 model 2"]
+    cpuinfo.write_text("processor\t: 0\nBogoMIPS\t: 50.00\n")  # an ARM board's: no model name
+    monkeypatch.setattr(precision.platform, "processor", lambda: "aarch64")
+    assert precision.cpu_name(cpuinfo) == "aarch64" and precision.cpu_name(tmp_path / "missing") == "aarch64"
+
+
 def test_accuracy_is_top1_micro_on_an_unbalanced_batch():
     """9 of class 0 all right, 1 of class 1 wrong: top-1 is 0.9 (macro recall would say 0.5)."""
     from vitpos.module import ImageClassifier

@@ -37,15 +37,22 @@ def resolve_precision(precision, accelerator: str = "auto"):
     return "bf16-mixed" if bf16_supported(accelerator) else "32-true"
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), or what the platform says."""
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (/proc/cpuinfo) with its family and model numbers where a virtual
+    machine names only the vendor line ('AMD EPYC', family 25 model 1), or what the platform says."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        fields = dict(
+            (key.strip(), value.strip())
+            for key, _, value in (line.partition(":") for line in cpuinfo.read_text().splitlines())
+            if value
+        )
     except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+        fields = {}
+    if "model name" not in fields:
+        return platform.processor() or "unknown CPU"
+    if "cpu family" in fields and "model" in fields:
+        return f"{fields['model name']}, family {fields['cpu family']} model {fields['model']}"
+    return fields["model name"]
 
 
 def device_description(device: torch.device) -> str:
