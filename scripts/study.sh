@@ -81,25 +81,25 @@ say() { echo "[study $(date +%H:%M:%S)] $*"; }
 two_modes() { [[ $TWO_MODES == *" $1 "* ]]; }
 listed() { [[ ,$2, == *",$1,"* ]]; }    # item, comma-separated list
 
-# what a finished run of this kind and scheme leaves in its version folder, one path a line
-outputs() {  # kind (runs, fuzzy, mixed), scheme
-  echo results.json
+# the evaluations a finished run of this kind and scheme gets, one a line: <output folder> <sizes> [resize_mode];
+# each leaves <version>/<output folder>/resolution.csv (and its accuracies in the run's TensorBoard)
+evaluations() {  # kind (runs, fuzzy, mixed), scheme
   if [ "$1" = mixed ]; then
-    [ -z "$MIXED_EVAL" ] || echo mixed_eval_default/resolution.csv
+    [ -z "$MIXED_EVAL" ] || echo "mixed_eval_default $MIXED_EVAL"
   else
-    echo transfer_default/resolution.csv
-    ! two_modes "$2" || echo transfer_interpolate/resolution.csv
-    [ "$1" != runs ] || [ -z "$TWIN_EVAL" ] || ! listed "$2" "$MIXED_SCHEMES" || echo mixed_eval_default/resolution.csv
+    echo "transfer_default $SIZES"
+    ! two_modes "$2" || echo "transfer_interpolate $SIZES interpolate"
+    [ "$1" != runs ] || [ -z "$TWIN_EVAL" ] || ! listed "$2" "$MIXED_SCHEMES" || echo "mixed_eval_default $TWIN_EVAL"
   fi
-  [ -z "$EXTRAP_SIZES" ] || echo extrapolation/resolution.csv
+  [ -z "$EXTRAP_SIZES" ] || echo "extrapolation $EXTRAP_SIZES all"    # every conversion, each without and with log temperature
 }
 
-archived() {  # run (relative to LOGS and ARCHIVE), outputs...: its archived version has all of them
-  local version output
+archived() {  # run (relative to LOGS and ARCHIVE), evaluations...: its archived version has results.json and each one's
+  local version line
   version=$(latest "$ARCHIVE/$1")
-  [ -n "$version" ] || return 1
+  [ -n "$version" ] && [ -f "$version/results.json" ] || return 1
   shift
-  for output in "$@"; do [ -f "$version/$output" ] || return 1; done
+  for line in "$@"; do [ -f "$version/${line%% *}/resolution.csv" ] || return 1; done
 }
 
 archive() {  # run (relative to LOGS): its best version's light files replace its archived ones
@@ -111,30 +111,27 @@ archive() {  # run (relative to LOGS): its best version's light files replace it
   say "archived $1 to $ARCHIVE"
 }
 
-evaluate() {  # run folder, scheme, sizes, output prefix, modes: no-fine-tune transfer, logged into the run's TensorBoard
-  local version mode
-  version=$(version_of "$1")
-  for mode in $5; do
-    [ "$mode" = default ] || two_modes "$2" || continue
-    [ -f "$version/${4}_$mode/resolution.csv" ] && continue
-    say "evaluate $version ($mode, $3)"
-    # shellcheck disable=SC2046  # no resize_mode argument for the default mode
-    python -m vitpos.evaluate ckpt="$(best "$1")" img_sizes="$3" \
-      out="$version/${4}_$mode" $([ "$mode" = default ] || echo "resize_mode=$mode")
+evaluate() {  # run folder, evaluations...: each one whose resolution.csv is missing
+  local checkpoint version folder sizes mode line
+  checkpoint=$(best "$1")
+  version=$(dirname "$(dirname "$checkpoint")")
+  shift
+  for line in "$@"; do
+    read -r folder sizes mode <<< "$line"
+    [ -f "$version/$folder/resolution.csv" ] && continue
+    if [ "$mode" = all ]; then
+      say "extrapolate $version (every conversion, $sizes)"
+      python -m vitpos.evaluate ckpt="$checkpoint" img_sizes="$sizes" resize_mode=all limit="$EXTRAP_LIMIT" \
+        out="$version/$folder"
+    else
+      say "evaluate $version (${mode:-default}, $sizes)"
+      python -m vitpos.evaluate ckpt="$checkpoint" img_sizes="$sizes" out="$version/$folder" ${mode:+"resize_mode=$mode"}
+    fi
   done
 }
 
-extrapolate() {  # run folder: every conversion into <version>/extrapolation/ (TensorBoard: resolution/test_acc_[<mode>_]t<temperature>)
-  local version
-  version=$(version_of "$1")
-  [ -n "$EXTRAP_SIZES" ] && [ ! -f "$version/extrapolation/resolution.csv" ] || return 0
-  say "extrapolate $version (every conversion, $EXTRAP_SIZES)"
-  python -m vitpos.evaluate ckpt="$(best "$1")" img_sizes="$EXTRAP_SIZES" resize_mode=all \
-    limit="$EXTRAP_LIMIT" out="$version/extrapolation"
-}
-
 study_run() {  # kind (runs, fuzzy, mixed), scheme, seed[, training sizes]: the run, then each step that needs its checkpoint
-  local kind=$1 pos=$2 seed=$3 sizes=${4:-} run finetuned="" args=() wanted
+  local kind=$1 pos=$2 seed=$3 sizes=${4:-} run finetuned="" args=() steps
   case $kind in
     runs) run=$EXPERIMENT/${pos}_${RUN_TAG}_seed$seed ;;
     fuzzy) run=$EXPERIMENT/${pos}_fuzzy_${RUN_TAG}_seed$seed; args=(pos.fuzzy=true) ;;
@@ -142,8 +139,8 @@ study_run() {  # kind (runs, fuzzy, mixed), scheme, seed[, training sizes]: the 
            args=(train_img_sizes="$sizes" batch_by_tokens=true) ;;
   esac
   [ "$kind" != runs ] || ! listed "$seed" "$FINETUNE_SEEDS" || finetuned=$FT_EXPERIMENT/${pos}_${FT_TAG}_seed$seed
-  mapfile -t wanted < <(outputs "$kind" "$pos")
-  if archived "$run" "${wanted[@]}" && { [ -z "$finetuned" ] || archived "$finetuned" results.json; }; then
+  mapfile -t steps < <(evaluations "$kind" "$pos")
+  if archived "$run" "${steps[@]}" && { [ -z "$finetuned" ] || archived "$finetuned"; }; then
     return    # done: its results are in the archive
   fi
   if ! finished "$LOGS/$run"; then
@@ -153,15 +150,8 @@ study_run() {  # kind (runs, fuzzy, mixed), scheme, seed[, training sizes]: the 
       $(resume_arg "$LOGS/$run")
     finished "$LOGS/$run" || { echo "error: training left no results.json and best checkpoint in $LOGS/$run" >&2; exit 1; }
   fi
-  if [ "$kind" = mixed ]; then
-    [ -z "$MIXED_EVAL" ] || evaluate "$LOGS/$run" "$pos" "$MIXED_EVAL" mixed_eval default
-  else
-    evaluate "$LOGS/$run" "$pos" "$SIZES" transfer "default interpolate"
-    [ "$kind" != runs ] || [ -z "$TWIN_EVAL" ] || ! listed "$pos" "$MIXED_SCHEMES" ||
-      evaluate "$LOGS/$run" "$pos" "$TWIN_EVAL" mixed_eval default
-  fi
-  extrapolate "$LOGS/$run"
-  if [ -n "$finetuned" ] && ! archived "$finetuned" results.json; then
+  evaluate "$LOGS/$run" "${steps[@]}"
+  if [ -n "$finetuned" ] && ! archived "$finetuned"; then
     if ! finished "$LOGS/$finetuned"; then
       say "fine-tune $LOGS/$run at 2x"
       # shellcheck disable=SC2086  # none or several words: $DATA_ARGS, $QUIET
