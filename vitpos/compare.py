@@ -15,7 +15,7 @@ group, error bars of one std), `epochs.png` (validation accuracy per epoch, one 
 runs validated more than once, `transfer.png` (accuracy against evaluation size, one panel per
 scheme, one line per training setting and resize mode) when runs were evaluated at two or more
 sizes, and, for evaluations that asked for an attention temperature (`resize_mode=all`,
-`scripts/study.sh extrapolation`), `extrapolation.md` (every conversion at every size, the best per
+each `scripts/study.sh` run's extrapolation step), `extrapolation.md` (every conversion at every size, the best per
 scheme and size in bold; then each scheme's best conversion per size as a share of its 1x accuracy)
 and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained twins in the
 same panel) instead of table columns. A run counts once it has finished (`results.json`).
