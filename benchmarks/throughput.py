@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import threading
 import time
@@ -38,7 +37,7 @@ from timm.models.vision_transformer import VisionTransformer as TimmViT
 import vitpos
 from vitpos.config import CONFIG_DIR
 from vitpos.data import DeviceBatches, ImageDataModule, ShardedSampler
-from vitpos.precision import bf16_supported
+from vitpos.precision import bf16_supported, cpu_name
 
 MODEL = dict(img_size=32, patch_size=4, dim=192, depth=6, num_heads=3, mlp_ratio=4.0, num_classes=10, in_chans=3)
 SIZE_KEYS = ("patch_size", "dim", "depth", "num_heads", "mlp_ratio")  # what --model takes from configs/model/
@@ -85,10 +84,30 @@ class PeakMemory:
             self.peak_mib = (self.peak - self.base) / 2**20
 
 
-def make_steps(model: torch.nn.Module, args, device: torch.device, bf16: bool):
-    """(train_step, eval_step) closures of one model on a fixed random batch."""
+def use_model_size(parser: argparse.ArgumentParser, name: str) -> None:
+    """Set MODEL's size keys from configs/model/<name>.yaml (a parser error names the choices)."""
+    path = CONFIG_DIR / "model" / f"{name}.yaml"
+    if not path.is_file():
+        choices = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+        parser.error(f"--model {name}: no {path}; one of {choices}")
+    MODEL.update({k: OmegaConf.load(path)[k] for k in SIZE_KEYS})
+
+
+def write_results(out: Path, args, device: torch.device, bf16: bool, **figures) -> None:
+    """The JSON of a benchmark: the machine, torch, precision, batch and model size, then `figures`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    machine = dict(device=str(device), processor=cpu_name(), threads=torch.get_num_threads(), torch=torch.__version__)
+    setup = dict(precision="bf16-mixed" if bf16 else "fp32", batch=args.batch, model=MODEL, model_name=args.model)
+    out.write_text(json.dumps(machine | setup | figures, indent=2) + "\n")
+    print(f"\nwrote {out}")
+
+
+def make_steps(model: torch.nn.Module, args, device: torch.device, bf16: bool, img_size: int | None = None):
+    """(train_step, eval_step) closures of one model on a fixed random batch (of `img_size` px,
+    default the model's own)."""
     model = model.to(device)
-    images = torch.randn(args.batch, MODEL["in_chans"], MODEL["img_size"], MODEL["img_size"], device=device)
+    size = img_size or MODEL["img_size"]
+    images = torch.randn(args.batch, MODEL["in_chans"], size, size, device=device)
     labels = torch.randint(0, MODEL["num_classes"], (args.batch,), device=device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -235,13 +254,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/<device>.json)")
     args = parser.parse_args()
     if args.model:
-        path = CONFIG_DIR / "model" / f"{args.model}.yaml"
-        if not path.is_file():
-            parser.error(
-                f"--model {args.model}: no {path}; one of "
-                f"{', '.join(sorted(p.stem for p in path.parent.glob('*.yaml')))}"
-            )
-        MODEL.update({k: OmegaConf.load(path)[k] for k in SIZE_KEYS})
+        use_model_size(parser, args.model)
     device = torch.device(args.device)
     bf16 = bf16_supported(device.type) if args.precision == "auto" else args.precision == "bf16"
     torch.manual_seed(0)
@@ -273,7 +286,7 @@ def main() -> None:
 
     peak = matmul_peak(device, torch.bfloat16 if bf16 else torch.float32)
     print(
-        f"device {device} ({platform.processor() or platform.machine()}), threads {torch.get_num_threads()}, "
+        f"device {device} ({cpu_name()}), threads {torch.get_num_threads()}, "
         f"precision {'bf16-mixed' if bf16 else 'fp32'}, batch {args.batch}; "
         f"measured matmul peak {peak / 1e12:.2f} TFLOP/s",
         flush=True,
@@ -329,27 +342,15 @@ def main() -> None:
     for name, rate in loader.items():
         print(f"loader ({name}): {rate:.0f} img/s = {rate / best:.1f}x the fastest vitpos training rate")
 
-    out = Path(args.out or f"benchmarks/results/{device.type}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            dict(
-                device=str(device),
-                processor=platform.processor() or platform.machine(),
-                threads=torch.get_num_threads(),
-                torch=torch.__version__,
-                precision="bf16-mixed" if bf16 else "fp32",
-                batch=args.batch,
-                model=MODEL,
-                model_name=args.model,
-                matmul_peak_flops=peak,
-                models=rows,
-                loader_img_s=loader,
-            ),
-            indent=2,
-        )
+    write_results(
+        Path(args.out or f"benchmarks/results/{device.type}.json"),
+        args,
+        device,
+        bf16,
+        matmul_peak_flops=peak,
+        models=rows,
+        loader_img_s=loader,
     )
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -373,6 +373,23 @@ def test_math_and_sdpa_attention_agree(pos, pool, size, monkeypatch):
 
 
 @pytest.mark.parametrize("pos", SCHEMES)
+def test_auto_attention_on_cpu_fuses_only_inference_without_a_bias(pos, monkeypatch):
+    """`attn_impl=auto` on the CPU: the fused kernel for inference of a scheme without a logit bias,
+    the math path for training steps (gradients on, in either module mode) and for a biased scheme."""
+    model = make(pos, 32)
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or sdpa(*a, **k))
+    x = images(32, 48)
+    model.train()(x)
+    model.eval()(x)
+    assert not calls, "a forward pass with gradients must take the math path on the CPU"
+    with torch.inference_mode():
+        model(x)
+    assert len(calls) == (0 if model.pos.uses("bias") else SMALL["depth"])
+
+
+@pytest.mark.parametrize("pos", SCHEMES)
 def test_math_and_sdpa_agree_under_bf16_autocast(pos):
     """The training precision on CPU and GPU: both kernels within bf16 tolerance of each other and
     of the fp32 reference (bf16 keeps ~3 significant digits)."""

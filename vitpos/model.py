@@ -36,8 +36,10 @@ class Attention(nn.Module):
     by `bias`) and q/k rotation.
 
     `attn_impl`: `sdpa` uses `F.scaled_dot_product_attention` (bias passed as `attn_mask`),
-    `math` the plain matmul-softmax-matmul, `auto` picks `math` on CPU (where the fused kernel's
-    backward is several times slower for short token sequences) and `sdpa` on any other device.
+    `math` the plain matmul-softmax-matmul, `auto` the faster of the two as measured
+    (docs/PERFORMANCE.md): `sdpa` on any device but the CPU; on the CPU, `sdpa` for inference
+    without a logit bias, `math` for training (the fused kernel's backward is slower for short
+    token sequences) and with a bias (passed as a float mask, the fused kernel is slower).
     """
 
     def __init__(
@@ -67,14 +69,19 @@ class Attention(nn.Module):
             logits = logits + bias.to(logits.dtype)
         return logits.softmax(dim=-1)
 
+    def uses_sdpa(self, device: torch.device, with_bias: bool) -> bool:
+        """Whether this call takes the fused kernel (see `attn_impl` above)."""
+        if self.attn_impl != "auto":
+            return self.attn_impl == "sdpa"
+        return device.type != "cpu" or (not torch.is_grad_enabled() and not with_bias)
+
     def forward(
         self, x: Tensor, bias: Bias | None = None, rotate: Rotate | None = None, temperature: float = 1.0
     ) -> Tensor:
         batch, num_tokens, dim = x.shape
         q, k, v = self.heads(x, rotate)
         logit_bias = None if bias is None else bias(q)
-        use_sdpa = self.attn_impl == "sdpa" or (self.attn_impl == "auto" and x.device.type != "cpu")
-        if use_sdpa:
+        if self.uses_sdpa(x.device, logit_bias is not None):
             attn_mask = None if logit_bias is None else logit_bias.to(q.dtype)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=self.scale * temperature)
         else:
