@@ -5,7 +5,8 @@
 #   bash scripts/study.sh fuzzy    # FUZZY_SCHEMES x SEEDS trained with fuzzy positions (pos.fuzzy=true)
 #   bash scripts/study.sh mixed    # MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES (one size per
 #                                  # step, tokens per step capped at a 1x step's)
-#   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare)
+#   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare; cifar10:
+#                                  # ranking.md sets the study beside the published ablation in RESULTS/published/)
 #   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then tables
 # Each run goes through every step that needs its checkpoint, one after the other:
 #   train -> evaluate at SIZES with no fine-tune (both modes where a scheme has two; runs, fuzzy)
@@ -41,6 +42,7 @@ case $DATASET in
     MIXED_EVAL=""                   # the mixed runs and their twins: by the extrapolation step
     TWIN_EVAL=""
     LOGS=${LOGS:-$HOME/vitpos-study}
+    PUBLISHED=published/cifar10_small_vit_ablation.csv    # in RESULTS: the ablation the study is read beside
     DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
   fmnist)
     SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
@@ -53,6 +55,7 @@ case $DATASET in
     MIXED_EVAL="[20,28,44,56]"    # 0.71x, 1x, 1.57x, 2x
     TWIN_EVAL="[20]"              # the twins' 28/44/56 px results are in their transfer_default/
     LOGS=${LOGS:-logs}
+    PUBLISHED=
     DATA_ARGS= ;;
   *) echo "error: DATASET=$DATASET is not a study; use DATASET=cifar10 or DATASET=fmnist" >&2; exit 2 ;;
 esac
@@ -178,7 +181,9 @@ tables() {
   local study
   for study in $EXPERIMENT $FT_EXPERIMENT; do
     [ -d "$ARCHIVE/$study" ] || continue
-    python -m vitpos.compare "$ARCHIVE/$study" out="$RESULTS/$study"
+    # shellcheck disable=SC2046  # none or one word: the published table beside the study's own
+    python -m vitpos.compare "$ARCHIVE/$study" out="$RESULTS/$study" \
+      $([ "$study" != "$EXPERIMENT" ] || [ -z "$PUBLISHED" ] || echo "reference=$RESULTS/$PUBLISHED")
   done
 }
 

@@ -23,9 +23,12 @@ from vitpos.compare import (
     extrapolation_table,
     group_runs,
     latest_per_seed,
+    main,
     mark_differences,
     markdown_table,
     model_key,
+    ranking_table,
+    read_reference,
     training_setting,
     transfer_curves,
 )
@@ -453,3 +456,54 @@ def test_compare_leaves_out_the_earlier_run_of_a_repeated_seed(three_runs, tmp_p
     assert sorted((row["pos"], row["n"], row["seeds"]) for row in rows) == [("none", 2, "0 1"), ("rel_bias", 1, "0")]
     note = "left out 1 earlier run(s) of a seed that their group has again (the latest counts): "
     assert note + str(earlier.relative_to(logs)) in capsys.readouterr().out
+
+
+def write_reference(path, rows) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["pos", "name", "test_acc", "source"])
+        writer.writerows(rows)
+
+
+def test_ranking_orders_by_test_accuracy_separates_by_seed_spread_and_joins_the_published_table(tmp_path):
+    rows = group_runs(
+        [
+            *(run_row("a", seed, acc) for seed, acc in enumerate((0.80, 0.84, 0.85))),  # 83.0 +- 2.65
+            *(run_row("b", seed, acc) for seed, acc in enumerate((0.81, 0.81, 0.81))),  # 81.0 +- 0
+            *(run_row("c", seed, acc) for seed, acc in enumerate((0.70, 0.72, 0.74))),  # 72.0 +- 2.0
+            run_row("d", 0, 0.60),  # one seed: no spread
+            dict(run_row("e", 0, 0.99), train_sizes="20-28px"),  # mixed-resolution twin: not ranked
+            dict(run_row("f", 0, 0.99), finetuned_from="28px"),  # fine-tuned: not ranked
+        ]
+    )
+    write_reference(tmp_path / "ref.csv", [["a", "A", "86.1", "paper X"], ["c", "C", "90.6", "paper X"]])
+    lines = ranking_table(rows, read_reference(tmp_path / "ref.csv")).splitlines()
+    body = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:6]]
+    assert [r[1:4] for r in body] == [["1", "a", "3"], ["2", "b", "3"], ["3", "c", "3"], ["4", "d", "1"]]
+    # a - b = 2.00 < 2.65 + 0: not separated; b - c = 9.00 > 0 + 2.00: separated; c - d: d has no spread
+    assert [r[6:8] for r in body] == [["2.00", "no"], ["9.00", "yes"], ["12.00", "n=1"], ["-", "-"]]
+    # the published order of a and c is the reverse of ours; differences ours - published
+    assert [r[8:] for r in body] == [
+        ["86.1 (A)", "2", "1", "-3.10"],
+        ["-", "-", "-", "-"],
+        ["90.6 (C)", "1", "2", "-18.60"],
+        ["-", "-", "-", "-"],
+    ]
+    assert len([line for line in lines if line.startswith("| e |")]) == 4  # e and f are not ranked
+    assert lines[-1] == "Published: paper X"
+    assert "published" not in ranking_table(rows, {}).splitlines()[0]  # no reference: our columns only
+
+
+def test_a_bad_reference_table_is_one_error_line(tmp_path, capsys):
+    write_reference(tmp_path / "nan.csv", [["none", "none", "high", "paper"]])
+    (tmp_path / "columns.csv").write_text("scheme,accuracy\nnone,79.6\n")
+    for reference, message in (
+        (tmp_path / "missing.csv", "error: no such reference table"),
+        (tmp_path / "columns.csv", "has the columns ['scheme', 'accuracy']; a reference table has"),
+        (tmp_path / "nan.csv", "test_acc of 'none' is 'high', not a number"),
+    ):
+        out = tmp_path / "out" / reference.stem
+        assert main([str(tmp_path), f"reference={reference}", f"out={out}"]) == 2
+        error = capsys.readouterr().err
+        assert len(error.splitlines()) == 1 and message in error
+        assert not out.exists()  # nothing written

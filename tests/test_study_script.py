@@ -167,3 +167,17 @@ def test_a_second_study_on_the_same_logs_is_refused(tmp_path):
     assert result.returncode == 2 and not (tmp_path / "calls").exists()
     assert result.stderr.startswith(f"error: another study.sh is training into {tmp_path / 'logs'}")
     assert study(tmp_path, env)[0].startswith("train.py")  # once it has ended
+
+
+def test_tables_set_the_cifar10_study_beside_the_published_ablation_and_nothing_else(tmp_path):
+    env = fake_env(tmp_path, SCHEMES="none", SEEDS="0", FINETUNE_SEEDS="0")
+    study(tmp_path, env)
+    results = tmp_path / "results"
+    calls = [c for c in study(tmp_path, env, "tables") if "vitpos.compare" in c]
+    assert calls == [
+        f"-m vitpos.compare {results}/study_logs/cifar10_study out={results}/cifar10_study "
+        f"reference={results}/published/cifar10_small_vit_ablation.csv",
+        f"-m vitpos.compare {results}/study_logs/cifar10_finetune out={results}/cifar10_finetune",
+    ]
+    # the table it names is the repository's
+    assert (ROOT / "docs" / "results" / "published" / "cifar10_small_vit_ablation.csv").is_file()

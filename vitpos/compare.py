@@ -1,6 +1,6 @@
 """Compare finished runs from their logged metrics (event files, or metrics.csv of logger=csv), with seed statistics.
 
-    python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare]
+    python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare] [reference=<published.csv>]
     (the folder may also be given as logdir=logs/)
 
 Runs that differ only by `seed` form one group (the same scheme, data, size, model, lr, batch,
@@ -18,7 +18,11 @@ sizes, and, for evaluations that asked for an attention temperature (`resize_mod
 each `scripts/study.sh` run's extrapolation step), `extrapolation.md` (every conversion at every size, the best per
 scheme and size in bold; then each scheme's best conversion per size as a share of its 1x accuracy)
 and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained twins in the
-same panel) instead of table columns. A run counts once it has finished (`results.json`).
+same panel) instead of table columns. `ranking.md` ranks the groups trained at one size (not
+fine-tuned) by test accuracy, each with its gap to the next and whether the two are separated (their
+one-std bars do not overlap: gap > std + std); with `reference=` (a CSV of `pos,name,test_acc,source`,
+e.g. a published ablation) it joins each scheme's published accuracy and rank beside ours. A run
+counts once it has finished (`results.json`).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from .runs import (
     training_recipe,
 )
 
-DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None)
+DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None, reference=None)
 GROUP_BY = (
     "experiment",
     "pos",
@@ -215,12 +219,17 @@ def accuracy_columns(rows: list[dict]) -> list[str]:
 
 
 def compare(
-    root: str | Path, data: str | None = None, img_size: int | str | None = None, out: str | Path | None = None
+    root: str | Path,
+    data: str | None = None,
+    img_size: int | str | None = None,
+    out: str | Path | None = None,
+    reference: str | Path | None = None,
 ) -> list[dict]:
     """Print and write the grouped table of the finished runs under `root`; return its rows."""
     root = Path(root)
     if not root.is_dir():
         raise ConfigError(f"no such log folder: {root}; pass the folder the runs were logged to, e.g. logs/")
+    published = read_reference(reference) if reference else {}
     runs = [summarize(run, root) for run in run_folders(root)]
     unfinished = unfinished_runs(root)
     if unfinished:
@@ -261,7 +270,8 @@ def compare(
     _write_csv(out / "compare.csv", rows)
     _write_csv(out / "runs.csv", runs)
     _accuracy_chart(rows, out / "compare.png")
-    written = [out / name for name in ("compare.md", "compare.csv", "runs.csv", "compare.png")]
+    (out / "ranking.md").write_text(ranking_table(rows, published))
+    written = [out / name for name in ("compare.md", "compare.csv", "runs.csv", "compare.png", "ranking.md")]
     curves = transfer_curves(rows)
     if curves:
         _transfer_chart(curves, out / "transfer.png")
@@ -281,6 +291,76 @@ def compare(
         written.append(out / "epochs.png")
     print(table + "\nwrote " + ", ".join(map(str, written)))
     return rows
+
+
+REFERENCE_COLUMNS = ("pos", "name", "test_acc", "source")
+
+
+def read_reference(path: str | Path) -> dict[str, dict]:
+    """A published table to set beside ours: CSV rows of `pos` (our scheme), `name` (the source's),
+    `test_acc` (percent) and `source` (where it comes from, how it was measured) -> pos -> row."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no such reference table: {path}; pass a CSV with the columns {','.join(REFERENCE_COLUMNS)}")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if set(reader.fieldnames or ()) != set(REFERENCE_COLUMNS):
+            raise ConfigError(f"{path} has the columns {reader.fieldnames}; a reference table has {REFERENCE_COLUMNS}")
+        rows = list(reader)
+    for row in rows:
+        try:
+            row["test_acc"] = float(row["test_acc"])
+        except ValueError:
+            raise ConfigError(f"{path}: test_acc of {row['pos']!r} is {row['test_acc']!r}, not a number") from None
+    return {row["pos"]: row for row in rows}
+
+
+def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
+    """The groups trained at one size and not fine-tuned, ranked by mean test accuracy within each
+    experiment, data and size: gap to the next, whether the two are separated (gap > the sum of their
+    stds; "n=1" when either lacks a spread), and, for schemes in `published`, its accuracy and rank."""
+    ranked = [r for r in rows if r["train_sizes"] == "-" and r["finetuned_from"] in ("", "-") and r["test_acc_mean"]]
+    blocks: dict[tuple, list[dict]] = {}
+    for row in ranked:
+        blocks.setdefault((row["experiment"], row["data"], str(row["img_size"])), []).append(row)
+    header = ["experiment", "rank", "pos", "n", "test", "best val", "gap to next", "separated from next"]
+    if published:
+        header += ["published", "published rank", "our rank among those", "ours - published"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (experiment, _, _), block in blocks.items():
+        block = sorted(block, key=lambda r: -r["test_acc_mean"])
+        # ranks among the published schemes this block has, theirs and ours
+        in_both = [r["pos"] for r in block if r["pos"] in published]
+        published_order = sorted(in_both, key=lambda pos: -published[pos]["test_acc"])
+        for rank, (row, below) in enumerate(zip(block, [*block[1:], None]), start=1):
+            cells = [
+                experiment,
+                str(rank),
+                row["pos"],
+                str(row["n"]),
+                _percent(row["test_acc_mean"], row["test_acc_std"]),
+            ]
+            cells.append(_percent(row["val_acc_best_mean"], row["val_acc_best_std"]))
+            if below is None:
+                cells += ["-", "-"]
+            else:
+                gap = row["test_acc_mean"] - below["test_acc_mean"]
+                stds = (row["test_acc_std"], below["test_acc_std"])
+                cells.append(f"{100 * gap:.2f}")
+                cells.append("n=1" if "" in stds else ("yes" if gap > sum(stds) else "no"))
+            if published:
+                reference = published.get(row["pos"])
+                if reference is None:
+                    cells += ["-", "-", "-", "-"]
+                else:
+                    cells.append(f"{reference['test_acc']:.1f} ({reference['name']})")
+                    cells.append(str(published_order.index(row["pos"]) + 1))
+                    cells.append(str(in_both.index(row["pos"]) + 1))
+                    cells.append(f"{100 * row['test_acc_mean'] - reference['test_acc']:+.2f}")
+            lines.append("| " + " | ".join(cells) + " |")
+    sources = sorted({r["source"] for r in published.values()})
+    notes = "".join(f"\nPublished: {source}\n" for source in sources)
+    return "\n".join(lines) + "\n" + notes
 
 
 def training_setting(row: dict) -> list[str]:
