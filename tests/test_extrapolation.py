@@ -138,12 +138,14 @@ def test_unknown_attention_temperature_is_one_config_error():
 
 
 def test_fuzzy_schemes():
-    assert fuzzy_schemes() == ["1d_learned", "2d_learned", "2d_sin", "rope_axial", "rope_mixed"]
+    assert fuzzy_schemes() == ["1d_learned", "2d_learned", "2d_sin", "cpb", "rope_axial", "rope_mixed"]
 
 
 @pytest.mark.parametrize("pos", sorted(set(list_pos()) - set(fuzzy_schemes())))
 def test_fuzzy_is_refused_where_there_are_no_coordinates(pos):
-    with pytest.raises(ConfigError, match=f"pos={pos} has no continuous coordinates.*1d_learned, 2d_learned, 2d_sin"):
+    with pytest.raises(
+        ConfigError, match=f"pos={pos} has no continuous coordinates.*1d_learned, 2d_learned, 2d_sin, cpb"
+    ):
         build(pos, 16, dim=32, num_heads=2, pos_kwargs={"fuzzy": True})
 
 
@@ -203,3 +205,20 @@ def test_fuzzy_2d_learned_reads_each_axis_between_entries():
     rows, cols = pos.rows.detach(), pos.cols.detach()
     expected = torch.cat([0.25 * rows[0] + 0.75 * rows[1], 0.5 * cols[1] + 0.5 * cols[2]])
     assert torch.allclose(pos.table((2, 3))[0, 4], expected, atol=1e-6)
+
+
+def test_fuzzy_cpb_reads_its_mlp_at_the_first_images_jittered_offsets_for_the_whole_batch():
+    model = build("cpb", (8, 12), dim=32, num_heads=2, pos_kwargs={"fuzzy": True}).train()  # 2 x 3 grid
+    pos = model.pos
+    pos.jitter = torch.zeros(2, 6, 2)
+    pos.jitter[0, 0] = torch.tensor([0.5, -0.25])  # image 0, token (0, 0) at row 0.5, col -0.25
+    pos.jitter[1] = 0.3  # another image's offsets: not read (one jittered grid per step)
+    bias = pos.bias(0, (2, 3))
+    assert bias.shape == (2, 6, 6)
+    # query token (0, 0) against key token (1, 2): offset (0.5 - 1, -0.25 - 2) in units of ref - 1 = (1, 2)
+    offset = torch.tensor([(0.5 - 1) / 1, (-0.25 - 2) / 2]) * 8
+    coords = torch.sign(offset) * torch.log2(1 + offset.abs()) / math.log2(8)
+    expected = 16 * torch.sigmoid(pos.layers[0](coords))
+    assert torch.allclose(bias[:, 0, 5], expected, atol=1e-6)
+    pos.jitter = None  # without offsets: the exact table
+    assert not torch.allclose(pos.bias(0, (2, 3))[:, 0, 5], expected)

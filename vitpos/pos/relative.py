@@ -14,6 +14,7 @@ Why each is built as it is: docs/DESIGN.md, "The schemes, as built here".
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +23,7 @@ from timm.layers.pos_embed_rel import gen_relative_log_coords
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .base import Grid, PositionalEncoding
+from .base import Grid, PositionalEncoding, token_positions
 from .registry import register
 
 
@@ -85,7 +86,8 @@ class ContinuousPositionBias(PositionalEncoding):
     Offset d per axis, in units of the reference grid: u = 8 d / (ref - 1), input = sign(u) *
     log2(1 + |u|) / log2(8); bias = 16 * sigmoid(MLP(input)), MLP = Linear(2, hidden) -> ReLU ->
     Linear(hidden, heads, no bias). Buffers `coords` (2H-1, 2W-1, 2) and `index` (N*N,); bias
-    (heads, N, N). Other grids use the same MLPs (nothing to resize).
+    (heads, N, N). Other grids use the same MLPs (nothing to resize). Fuzzy training: the offsets
+    between one jittered copy of the grid per step, shared by the batch (docs/DESIGN.md, section 2).
 
     Args:
         hidden_dim: hidden width of each MLP (512 in SwinV2).
@@ -93,6 +95,7 @@ class ContinuousPositionBias(PositionalEncoding):
     """
 
     measures_in_ref_grid = True
+    supports_fuzzy = True
 
     def __init__(
         self, dim: int, num_heads: int, depth: int, grid: Grid, hidden_dim: int = 512, ref_grid: Grid | None = None
@@ -118,9 +121,8 @@ class ContinuousPositionBias(PositionalEncoding):
         index = gen_relative_position_index(tuple(grid), device=device).view(-1)
         return {"coords": coords, "index": index}
 
-    def _bias_from(self, layer: int, grid: Grid) -> Tensor:
-        fixed = self.grid_buffers(grid)
-        coords, index = fixed["coords"], fixed["index"]
+    def _mlp_bias(self, layer: int, coords: Tensor) -> Tensor:
+        """Log-spaced offsets (..., 2) -> 16 * sigmoid(MLP(offsets)), (..., heads)."""
         mlp = self.layers[layer]
         device_type = coords.device.type  # e.g. `meta` (FLOP counting) has no autocast to turn off
         no_autocast = (
@@ -129,13 +131,29 @@ class ContinuousPositionBias(PositionalEncoding):
             else contextlib.nullcontext()
         )
         with no_autocast:  # the tiny MLP in the parameters' dtype
-            table = mlp(coords.to(mlp[0].weight.dtype)).view(-1, self.num_heads)  # ((2H-1)*(2W-1), heads)
-        table = 16 * torch.sigmoid(table)
+            return 16 * torch.sigmoid(mlp(coords.to(mlp[0].weight.dtype)))
+
+    def _bias_from(self, layer: int, grid: Grid) -> Tensor:
+        fixed = self.grid_buffers(grid)
+        table = self._mlp_bias(layer, fixed["coords"]).view(-1, self.num_heads)  # ((2H-1)*(2W-1), heads)
         num_tokens = grid[0] * grid[1]
-        return table[index].view(num_tokens, num_tokens, self.num_heads).permute(2, 0, 1)  # (heads, N, N)
+        return table[fixed["index"]].view(num_tokens, num_tokens, self.num_heads).permute(2, 0, 1)  # (heads, N, N)
+
+    def _fuzzy_bias(self, layer: int, grid: Grid) -> Tensor:
+        """The bias between the first image's jittered token positions, for every image of the batch
+        (per image, the MLP would run on B x N x N offsets), (heads, N, N)."""
+        rows, cols = self.jittered(*token_positions(grid, device=self.jitter.device))  # (B, N) each
+        position = torch.stack([rows[0], cols[0]], dim=-1)  # (N, 2)
+        offsets = position[:, None] - position[None]  # (N, N, 2): query - key, as timm's index
+        # SwinV2's log spacing (timm's gen_relative_log_coords, mode swin) of continuous offsets
+        scaled = 8 * offsets / offsets.new_tensor([max(s, 2) - 1 for s in self.ref_grid])
+        coords = torch.sign(scaled) * torch.log2(1 + scaled.abs()) / math.log2(8)
+        return self._mlp_bias(layer, coords).permute(2, 0, 1)
 
     def bias(self, layer: int, grid: Grid, q: Tensor | None = None) -> Tensor:
         grid = tuple(grid)
+        if self.jitter is not None and self.training:
+            return self._fuzzy_bias(layer, grid)
         return self.per_grid((layer, grid), lambda: self._bias_from(layer, grid))
 
     def init_kwargs(self) -> dict:
