@@ -5,9 +5,11 @@
 #   bash scripts/study.sh fuzzy    # FUZZY_SCHEMES x SEEDS trained with fuzzy positions (pos.fuzzy=true)
 #   bash scripts/study.sh mixed    # MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES (one size per
 #                                  # step, tokens per step capped at a 1x step's)
+#   bash scripts/study.sh long     # cifar10: LONG_SCHEMES x LONG_SEEDS on the longer LONG_EXPERIMENT (whether
+#                                  # the ranking moves with the training budget; test accuracy only)
 #   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare; cifar10:
 #                                  # ranking.md sets the study beside the published ablation in RESULTS/published/)
-#   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then tables
+#   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then long, then tables
 # Each run goes through every step that needs its checkpoint, one after the other:
 #   train -> evaluate at SIZES with no fine-tune (both modes where a scheme has two; runs, fuzzy)
 #         -> every conversion of its scheme at EXTRAP_SIZES (cifar10: 1x..3x), each without and with
@@ -43,6 +45,8 @@ case $DATASET in
     TWIN_EVAL=""
     LOGS=${LOGS:-$HOME/vitpos-study}
     PUBLISHED=published/cifar10_small_vit_ablation.csv    # in RESULTS: the ablation the study is read beside
+    LONG_EXPERIMENT=cifar10_cpu    # 35 epochs instead of 15, for three of the published ablation's schemes
+    LONG_SCHEMES=${LONG_SCHEMES-none,1d_learned,rel_shaw}
     DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
   fmnist)
     SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
@@ -56,10 +60,13 @@ case $DATASET in
     TWIN_EVAL="[20]"              # the twins' 28/44/56 px results are in their transfer_default/
     LOGS=${LOGS:-logs}
     PUBLISHED=
+    LONG_EXPERIMENT=
+    LONG_SCHEMES=${LONG_SCHEMES-}
     DATA_ARGS= ;;
   *) echo "error: DATASET=$DATASET is not a study; use DATASET=cifar10 or DATASET=fmnist" >&2; exit 2 ;;
 esac
 SEEDS=${SEEDS:-0,1,2}
+LONG_SEEDS=${LONG_SEEDS:-0}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
 EXTRAP_LIMIT=${EXTRAP_LIMIT:-2000}  # 3x costs ~9x the tokens of 1x per image: a fixed random fifth of the test split
@@ -86,7 +93,8 @@ listed() { [[ ,$2, == *",$1,"* ]]; }    # item, comma-separated list
 
 # the evaluations a finished run of this kind and scheme gets, one a line: <output folder> <sizes> [resize_mode];
 # each leaves <version>/<output folder>/resolution.csv (and its accuracies in the run's TensorBoard)
-evaluations() {  # kind (runs, fuzzy, mixed), scheme
+evaluations() {  # kind (runs, fuzzy, mixed, long), scheme
+  [ "$1" != long ] || return 0    # test accuracy at the training size only
   if [ "$1" = mixed ]; then
     [ -z "$MIXED_EVAL" ] || echo "mixed_eval_default $MIXED_EVAL"
   else
@@ -133,9 +141,10 @@ evaluate() {  # run folder, evaluations...: each one whose resolution.csv is mis
   done
 }
 
-study_run() {  # kind (runs, fuzzy, mixed), scheme, seed[, training sizes]: the run, then each step that needs its checkpoint
-  local kind=$1 pos=$2 seed=$3 sizes=${4:-} run finetuned="" args=() steps
+study_run() {  # kind (runs, fuzzy, mixed, long), scheme, seed[, training sizes]: the run, then each step that needs its checkpoint
+  local kind=$1 pos=$2 seed=$3 sizes=${4:-} run finetuned="" args=() steps experiment=$EXPERIMENT
   case $kind in
+    long) experiment=$LONG_EXPERIMENT; run=$experiment/${pos}_${RUN_TAG}_seed$seed ;;
     runs) run=$EXPERIMENT/${pos}_${RUN_TAG}_seed$seed ;;
     fuzzy) run=$EXPERIMENT/${pos}_fuzzy_${RUN_TAG}_seed$seed; args=(pos.fuzzy=true) ;;
     mixed) run=$EXPERIMENT/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed
@@ -149,7 +158,7 @@ study_run() {  # kind (runs, fuzzy, mixed), scheme, seed[, training sizes]: the 
   if ! finished "$LOGS/$run"; then
     say "train $LOGS/$run"
     # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
-    python train.py experiment=$EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET "${args[@]}" \
+    python train.py experiment="$experiment" pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET "${args[@]}" \
       $(resume_arg "$LOGS/$run")
     finished "$LOGS/$run" || { echo "error: training left no results.json and best checkpoint in $LOGS/$run" >&2; exit 1; }
   fi
@@ -170,6 +179,7 @@ mixed_tag() { echo "train$(echo "$1" | tr -d '[]' | tr , -)px"; }    # the run-n
 
 runs() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${SCHEMES//,/ }; do study_run runs "$pos" "$seed"; done; done; }
 fuzzy() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${FUZZY_SCHEMES//,/ }; do study_run fuzzy "$pos" "$seed"; done; done; }
+long() { local seed pos; for seed in ${LONG_SEEDS//,/ }; do for pos in ${LONG_SCHEMES//,/ }; do study_run long "$pos" "$seed"; done; done; }
 mixed() {
   local sizes seed pos
   for sizes in "${MIXED_LISTS[@]}"; do
@@ -179,15 +189,15 @@ mixed() {
 
 tables() {
   local study
-  for study in $EXPERIMENT $FT_EXPERIMENT; do
+  for study in $EXPERIMENT $FT_EXPERIMENT $LONG_EXPERIMENT; do
     [ -d "$ARCHIVE/$study" ] || continue
     # shellcheck disable=SC2046  # none or one word: the published table beside the study's own
     python -m vitpos.compare "$ARCHIVE/$study" out="$RESULTS/$study" \
-      $([ "$study" != "$EXPERIMENT" ] || [ -z "$PUBLISHED" ] || echo "reference=$RESULTS/$PUBLISHED")
+      $([ "$study" = "$FT_EXPERIMENT" ] || [ -z "$PUBLISHED" ] || echo "reference=$RESULTS/$PUBLISHED")
   done
 }
 
-if [[ " runs fuzzy mixed all " == *" ${1:-all} "* ]]; then    # the steps that train: one at a time per LOGS
+if [[ " runs fuzzy mixed long all " == *" ${1:-all} "* ]]; then    # the steps that train: one at a time per LOGS
   mkdir -p "$LOGS"
   exec 9> "$LOGS/.study.lock"
   flock -n 9 || { echo "error: another study.sh is training into $LOGS; wait for it, or give this one another LOGS=" >&2; exit 2; }
@@ -196,12 +206,14 @@ case ${1:-all} in
   runs) runs ;;
   fuzzy) fuzzy ;;
   mixed) mixed ;;
+  long) long ;;
   tables) tables ;;
   all) for seed in ${SEEDS//,/ }; do    # seed-major: every run has a result before any has three
          SEEDS=$seed
          runs; fuzzy; mixed
        done
+       long
        tables ;;
-  *) echo "error: unknown step '${1}'; use one of runs, fuzzy, mixed, tables, all" >&2
+  *) echo "error: unknown step '${1}'; use one of runs, fuzzy, mixed, long, tables, all" >&2
      exit 2 ;;
 esac

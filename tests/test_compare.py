@@ -494,6 +494,12 @@ def test_ranking_orders_by_test_accuracy_separates_by_seed_spread_and_joins_the_
     assert "published" not in ranking_table(rows, {}).splitlines()[0]  # no reference: our columns only
 
 
+def test_ranking_names_the_setting_of_a_scheme_ranked_twice():
+    rows = group_runs([run_row("a", 0, 0.8), dict(run_row("a", 0, 0.9), budget="35 epochs"), run_row("b", 0, 0.7)])
+    lines = ranking_table(rows, {}).splitlines()[2:]
+    assert [line.split(" | ")[2] for line in lines[:3]] == ["a (35 epochs)", "a (1 epochs)", "b"]
+
+
 def test_a_bad_reference_table_is_one_error_line(tmp_path, capsys):
     write_reference(tmp_path / "nan.csv", [["none", "none", "high", "paper"]])
     (tmp_path / "columns.csv").write_text("scheme,accuracy\nnone,79.6\n")

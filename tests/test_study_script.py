@@ -150,7 +150,7 @@ def test_fuzzy_and_mixed_twins_are_trained_extrapolated_and_archived(tmp_path):
 def test_study_refuses_an_unknown_dataset_or_step(tmp_path):
     for settings, step, message in (
         (dict(DATASET="mnist"), "runs", "error: DATASET=mnist is not a study"),
-        ({}, "finetune", "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, tables, all"),
+        ({}, "finetune", "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, long, tables, all"),
     ):
         env = dict(fake_env(tmp_path), **settings)
         result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, capture_output=True, text=True, env=env)
@@ -169,15 +169,30 @@ def test_a_second_study_on_the_same_logs_is_refused(tmp_path):
     assert study(tmp_path, env)[0].startswith("train.py")  # once it has ended
 
 
-def test_tables_set_the_cifar10_study_beside_the_published_ablation_and_nothing_else(tmp_path):
-    env = fake_env(tmp_path, SCHEMES="none", SEEDS="0", FINETUNE_SEEDS="0")
+def test_long_runs_train_the_longer_recipe_and_are_archived_without_evaluations(tmp_path):
+    env = fake_env(tmp_path, LONG_SCHEMES="none,rel_shaw")
+    calls = study(tmp_path, env, "long")
+    logs = tmp_path / "logs"
+    assert calls == [
+        f"train.py experiment=cifar10_cpu pos={pos} seed=0 paths.log_dir={logs} {QUIET}" for pos in ("none", "rel_shaw")
+    ]
+    archive = tmp_path / "results" / "study_logs" / "cifar10_cpu"
+    assert sorted(p.name for p in archive.iterdir()) == ["none_cifar10_32px_seed0", "rel_shaw_cifar10_32px_seed0"]
+    shutil.rmtree(logs)
+    assert study(tmp_path, env, "long") == calls  # archived: done on any machine
+
+
+def test_tables_set_the_cifar10_studies_beside_the_published_ablation_and_not_the_fine_tunes(tmp_path):
+    env = fake_env(tmp_path, SCHEMES="none", SEEDS="0", FINETUNE_SEEDS="0", LONG_SCHEMES="none")
     study(tmp_path, env)
+    study(tmp_path, env, "long")
     results = tmp_path / "results"
     calls = [c for c in study(tmp_path, env, "tables") if "vitpos.compare" in c]
+    reference = f"reference={results}/published/cifar10_small_vit_ablation.csv"
     assert calls == [
-        f"-m vitpos.compare {results}/study_logs/cifar10_study out={results}/cifar10_study "
-        f"reference={results}/published/cifar10_small_vit_ablation.csv",
+        f"-m vitpos.compare {results}/study_logs/cifar10_study out={results}/cifar10_study {reference}",
         f"-m vitpos.compare {results}/study_logs/cifar10_finetune out={results}/cifar10_finetune",
+        f"-m vitpos.compare {results}/study_logs/cifar10_cpu out={results}/cifar10_cpu {reference}",
     ]
     # the table it names is the repository's
     assert (ROOT / "docs" / "results" / "published" / "cifar10_small_vit_ablation.csv").is_file()

@@ -330,16 +330,14 @@ def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
     for (experiment, _, _), block in blocks.items():
         block = sorted(block, key=lambda r: -r["test_acc_mean"])
         # ranks among the published schemes this block has, theirs and ours
-        in_both = [r["pos"] for r in block if r["pos"] in published]
-        published_order = sorted(in_both, key=lambda pos: -published[pos]["test_acc"])
+        accuracy = {id(r): published[r["pos"]]["test_acc"] for r in block if r["pos"] in published}
+        ours_order, published_order = list(accuracy), sorted(accuracy, key=accuracy.get, reverse=True)
+        labels = [r["pos"] for r in block]
         for rank, (row, below) in enumerate(zip(block, [*block[1:], None]), start=1):
-            cells = [
-                experiment,
-                str(rank),
-                row["pos"],
-                str(row["n"]),
-                _percent(row["test_acc_mean"], row["test_acc_std"]),
-            ]
+            label = row["pos"]
+            if labels.count(label) > 1:  # one scheme under two settings: say which
+                label += f" ({', '.join(filter(None, [row['budget'], row.get('differs', '')]))})"
+            cells = [experiment, str(rank), label, str(row["n"]), _percent(row["test_acc_mean"], row["test_acc_std"])]
             cells.append(_percent(row["val_acc_best_mean"], row["val_acc_best_std"]))
             if below is None:
                 cells += ["-", "-"]
@@ -354,8 +352,8 @@ def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
                     cells += ["-", "-", "-", "-"]
                 else:
                     cells.append(f"{reference['test_acc']:.1f} ({reference['name']})")
-                    cells.append(str(published_order.index(row["pos"]) + 1))
-                    cells.append(str(in_both.index(row["pos"]) + 1))
+                    cells.append(str(published_order.index(id(row)) + 1))
+                    cells.append(str(ours_order.index(id(row)) + 1))
                     cells.append(f"{100 * row['test_acc_mean'] - reference['test_acc']:+.2f}")
             lines.append("| " + " | ".join(cells) + " |")
     sources = sorted({r["source"] for r in published.values()})
