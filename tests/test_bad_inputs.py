@@ -205,3 +205,10 @@ def test_evaluate_reports_a_bad_data_config_of_the_checkpoint_as_one_line(data, 
     assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("option", ["ckpt=", "limit="])
+def test_an_option_without_a_value_is_refused_not_read_as_unset(option, capsys, tmp_path):
+    assert evaluate_main([f"ckpt={tmp_path}", "img_sizes=[32]", option]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {option} has no value; give one, or {option}null for none; see --help\n"

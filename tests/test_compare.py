@@ -10,6 +10,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -35,6 +36,8 @@ from vitpos.compare import (
 from vitpos.config import compose_train_config
 from vitpos.runs import RESULTS_FILE, conversion_suffix, parse_conversion_suffix, training_recipe
 from vitpos.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
 
 KEY = dict(
     experiment="e",
@@ -461,55 +464,115 @@ def test_compare_leaves_out_the_earlier_run_of_a_repeated_seed(three_runs, tmp_p
 def write_reference(path, rows) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["pos", "name", "test_acc", "source"])
+        writer.writerow(["pos", "name", "data", "test_acc", "source"])
         writer.writerows(rows)
+
+
+def table_cells(lines: list[str]) -> list[list[str]]:
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines]
 
 
 def test_ranking_orders_by_test_accuracy_separates_by_seed_spread_and_joins_the_published_table(tmp_path):
     rows = group_runs(
         [
-            *(run_row("a", seed, acc) for seed, acc in enumerate((0.80, 0.84, 0.85))),  # 83.0 +- 2.65
-            *(run_row("b", seed, acc) for seed, acc in enumerate((0.81, 0.81, 0.81))),  # 81.0 +- 0
-            *(run_row("c", seed, acc) for seed, acc in enumerate((0.70, 0.72, 0.74))),  # 72.0 +- 2.0
-            run_row("d", 0, 0.60),  # one seed: no spread
-            dict(run_row("e", 0, 0.99), train_sizes="20-28px"),  # mixed-resolution twin: not ranked
-            dict(run_row("f", 0, 0.99), finetuned_from="28px"),  # fine-tuned: not ranked
+            *(run_row("none", seed, acc) for seed, acc in enumerate((0.80, 0.84, 0.85))),  # 83.0 +- 2.65
+            *(run_row("cpe", seed, acc) for seed, acc in enumerate((0.81, 0.81, 0.81))),  # 81.0 +- 0
+            *(run_row("2d_sin", seed, acc) for seed, acc in enumerate((0.70, 0.72, 0.74))),  # 72.0 +- 2.0
+            run_row("rel_bias", 0, 0.60),  # one seed: no spread
+            dict(run_row("cpb", 0, 0.99), train_sizes="20-28px"),  # mixed-resolution twin: not ranked
+            dict(run_row("alibi_2d", 0, 0.99), finetuned_from="28px"),  # fine-tuned: not ranked
+            dict(run_row("rel_bias", 0, 0.5), data="other"),  # another data set: its own ranking, no published row
         ]
     )
-    write_reference(tmp_path / "ref.csv", [["a", "A", "86.1", "paper X"], ["c", "C", "90.6", "paper X"]])
+    write_reference(
+        tmp_path / "ref.csv",
+        [
+            ["none", "A | B", "d", "86.1", "paper X"],
+            ["2d_sin", "C", "d", "90.6", "paper X"],
+            ["cpe", "E", "x", "99", "Y"],  # another data set
+        ],
+    )
     lines = ranking_table(rows, read_reference(tmp_path / "ref.csv")).splitlines()
-    body = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:6]]
-    assert [r[1:4] for r in body] == [["1", "a", "3"], ["2", "b", "3"], ["3", "c", "3"], ["4", "d", "1"]]
-    # a - b = 2.00 < 2.65 + 0: not separated; b - c = 9.00 > 0 + 2.00: separated; c - d: d has no spread
-    assert [r[6:8] for r in body] == [["2.00", "no"], ["9.00", "yes"], ["12.00", "n=1"], ["-", "-"]]
-    # the published order of a and c is the reverse of ours; differences ours - published
-    assert [r[8:] for r in body] == [
-        ["86.1 (A)", "2", "1", "-3.10"],
-        ["-", "-", "-", "-"],
-        ["90.6 (C)", "1", "2", "-18.60"],
-        ["-", "-", "-", "-"],
+    body = table_cells(lines[2:7])
+    assert [r[1] for r in body] == ["d", "d", "d", "d", "other"]
+    assert [r[4:7] for r in body] == [
+        ["1", "none", "3"],
+        ["2", "cpe", "3"],
+        ["3", "2d_sin", "3"],
+        ["4", "rel_bias", "1"],
+        ["1", "rel_bias", "1"],  # the other data set's ranking
     ]
-    assert len([line for line in lines if line.startswith("| e |")]) == 4  # e and f are not ranked
-    assert lines[-1] == "Published: paper X"
+    # none - cpe = 2.00 < 2.65 + 0: not separated; cpe - 2d_sin = 9.00 > 0 + 2.00: separated; rel_bias has no spread
+    assert [r[9:11] for r in body[:4]] == [["2.00", "no"], ["9.00", "yes"], ["12.00", "n=1"], ["-", "-"]]
+    # the published order of none and 2d_sin is the reverse of ours; cpe's published row is of another data set
+    assert [r[11:] for r in body] == [
+        ["86.1 (A \\| B)", "1 / 2", "-3.10"],
+        ["-", "-", "-"],
+        ["90.6 (C)", "2 / 1", "-18.60"],
+        ["-", "-", "-"],
+        ["-", "-", "-"],
+    ]
+    assert len(lines) == 2 + 5 + 3 and "Published: Y; paper X" in lines[-1]  # e and f not ranked; the legend
     assert "published" not in ranking_table(rows, {}).splitlines()[0]  # no reference: our columns only
 
 
 def test_ranking_names_the_setting_of_a_scheme_ranked_twice():
     rows = group_runs([run_row("a", 0, 0.8), dict(run_row("a", 0, 0.9), budget="35 epochs"), run_row("b", 0, 0.7)])
-    lines = ranking_table(rows, {}).splitlines()[2:]
-    assert [line.split(" | ")[2] for line in lines[:3]] == ["a (35 epochs)", "a (1 epochs)", "b"]
+    body = table_cells(ranking_table(rows, {}).splitlines()[2:5])
+    assert [r[5] for r in body] == ["a (35 epochs)", "a (1 epochs)", "b"]
 
 
 def test_a_bad_reference_table_is_one_error_line(tmp_path, capsys):
-    write_reference(tmp_path / "nan.csv", [["none", "none", "high", "paper"]])
-    (tmp_path / "columns.csv").write_text("scheme,accuracy\nnone,79.6\n")
+    header = "pos,name,data,test_acc,source\n"
+    tables = {
+        "nan.csv": header + "none,none,cifar10,nan,paper\n",
+        "word.csv": header + "none,none,cifar10,high,paper\n",
+        "fraction.csv": header + "none,none,cifar10,0.861,paper\n",
+        "columns.csv": "scheme,accuracy\nnone,79.6\n",
+        "empty.csv": header,
+        "short.csv": header + "none,none\n",
+        "long.csv": header + "none,none,cifar10,79.6,paper,extra\n",
+        "blank.csv": header + "none,,cifar10,79.6,paper\n",
+        "unknown.csv": header + "foo_bar,foo,cifar10,79.6,paper\n",
+        "twice.csv": header + "none,a,cifar10,79.6,p\nnone,b,cifar10,80.0,q\n",
+    }
+    for name, text in tables.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "latin1.csv").write_bytes(header.encode() + "none,caf\xe9,cifar10,79.6,p\n".encode("latin-1"))
     for reference, message in (
+        ("", "error: reference= has no value"),
         (tmp_path / "missing.csv", "error: no such reference table"),
-        (tmp_path / "columns.csv", "has the columns ['scheme', 'accuracy']; a reference table has"),
-        (tmp_path / "nan.csv", "test_acc of 'none' is 'high', not a number"),
+        (tmp_path, "error: no such reference table"),
+        (tmp_path / "columns.csv", "has the columns ['scheme', 'accuracy']; a reference table has pos,name,data"),
+        (tmp_path / "nan.csv", "test_acc='nan' is not a percentage in (1, 100]"),
+        (tmp_path / "word.csv", "test_acc='high' is not a percentage"),
+        (tmp_path / "fraction.csv", "write accuracies in percent (86.1, not 0.861)"),
+        (tmp_path / "empty.csv", "has no rows"),
+        (tmp_path / "short.csv", "line 2: every row needs exactly the 5 cells"),
+        (tmp_path / "long.csv", "line 2: every row needs exactly the 5 cells"),
+        (tmp_path / "blank.csv", "line 2: every row needs exactly the 5 cells, none empty"),
+        (tmp_path / "unknown.csv", "pos='foo_bar' is none of our schemes (1d_learned"),
+        (tmp_path / "twice.csv", "line 3: pos=none appears twice"),
+        (tmp_path / "latin1.csv", "is not a UTF-8 CSV file"),
     ):
-        out = tmp_path / "out" / reference.stem
-        assert main([str(tmp_path), f"reference={reference}", f"out={out}"]) == 2
+        out = tmp_path / "out"
+        assert main([str(tmp_path), f"reference={reference}", f"out={out}"]) == 2, reference
         error = capsys.readouterr().err
-        assert len(error.splitlines()) == 1 and message in error
+        assert len(error.splitlines()) == 1 and error.startswith("error: ") and message in error, error
         assert not out.exists()  # nothing written
+
+
+def test_a_spreadsheets_byte_order_mark_is_read(tmp_path):
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbfpos,name,data,test_acc,source\nnone,none,cifar10,79.6,p\n")
+    assert read_reference(tmp_path / "bom.csv")["none"]["test_acc"] == 79.6
+
+
+def test_the_published_ablation_table_reads(tmp_path):
+    published = read_reference(ROOT / "docs" / "results" / "published" / "cifar10_small_vit_ablation.csv")
+    assert {pos: row["test_acc"] for pos, row in published.items()} == {
+        "none": 79.6,
+        "1d_learned": 86.5,
+        "2d_sin": 86.1,
+        "rel_shaw": 90.6,
+        "rope_axial": 88.5,
+    }

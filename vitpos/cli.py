@@ -20,6 +20,9 @@ def parse_options(argv: list[str], defaults: dict, doc: str, extra_keys=()) -> D
     loose = [arg for arg in argv if "=" not in arg]
     if loose:
         raise ConfigError(f"expected key=value options, got {loose[0]!r}; see --help")
+    empty = [arg for arg in argv if arg.endswith("=") and arg.count("=") == 1]
+    if empty:  # OmegaConf would read it as null, i.e. as if the option were not given
+        raise ConfigError(f"{empty[0]} has no value; give one, or {empty[0]}null for none; see --help")
     try:
         options = OmegaConf.from_dotlist(argv)
     except Exception as error:  # OmegaConf's grammar errors have several types

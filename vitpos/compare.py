@@ -44,6 +44,7 @@ from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import as_built
 from .plots import pyplot
+from .pos import list_pos
 from .runs import (
     FUZZY_SUFFIX,
     RESULTS_FILE,
@@ -229,7 +230,7 @@ def compare(
     root = Path(root)
     if not root.is_dir():
         raise ConfigError(f"no such log folder: {root}; pass the folder the runs were logged to, e.g. logs/")
-    published = read_reference(reference) if reference else {}
+    published = read_reference(reference) if reference is not None else {}
     runs = [summarize(run, root) for run in run_folders(root)]
     unfinished = unfinished_runs(root)
     if unfinished:
@@ -270,6 +271,12 @@ def compare(
     _write_csv(out / "compare.csv", rows)
     _write_csv(out / "runs.csv", runs)
     _accuracy_chart(rows, out / "compare.png")
+    unmatched = sorted({r["data"] for r in published.values()} - {row["data"] for row in rows})
+    if unmatched:
+        print(
+            f"note: the reference table's data ({', '.join(unmatched)}) is not these runs' "
+            f"({', '.join(sorted({row['data'] for row in rows}))}): ranking.md sets none of its rows beside them"
+        )
     (out / "ranking.md").write_text(ranking_table(rows, published))
     written = [out / name for name in ("compare.md", "compare.csv", "runs.csv", "compare.png", "ranking.md")]
     curves = transfer_curves(rows)
@@ -293,51 +300,80 @@ def compare(
     return rows
 
 
-REFERENCE_COLUMNS = ("pos", "name", "test_acc", "source")
+REFERENCE_COLUMNS = ("pos", "name", "data", "test_acc", "source")
 
 
 def read_reference(path: str | Path) -> dict[str, dict]:
-    """A published table to set beside ours: CSV rows of `pos` (our scheme), `name` (the source's),
-    `test_acc` (percent) and `source` (where it comes from, how it was measured) -> pos -> row."""
+    """A published table to set beside ours: a CSV with a row per scheme, `pos` (our scheme's name),
+    `name` (the source's), `data` (the data set as our runs name it, e.g. cifar10), `test_acc`
+    (percent) and `source` (where it comes from and how it was measured) -> pos -> row."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"no such reference table: {path}; pass a CSV with the columns {','.join(REFERENCE_COLUMNS)}")
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if set(reader.fieldnames or ()) != set(REFERENCE_COLUMNS):
-            raise ConfigError(f"{path} has the columns {reader.fieldnames}; a reference table has {REFERENCE_COLUMNS}")
-        rows = list(reader)
-    for row in rows:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # utf-8-sig: a spreadsheet's byte-order mark
+            reader = csv.DictReader(f)
+            columns = reader.fieldnames or []
+            rows = list(reader)
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise ConfigError(f"{path} is not a UTF-8 CSV file ({error}); save it as CSV (UTF-8)") from None
+    if sorted(columns) != sorted(REFERENCE_COLUMNS):
+        raise ConfigError(f"{path} has the columns {columns}; a reference table has {','.join(REFERENCE_COLUMNS)}")
+    if not rows:
+        raise ConfigError(f"{path} has no rows; give one row per published scheme")
+    schemes = list_pos()
+    published = {}
+    for line, row in enumerate(rows, start=2):
+        where = f"{path}, line {line}"
+        if None in row or None in row.values() or not all(row.values()):
+            raise ConfigError(f"{where}: every row needs exactly the {len(REFERENCE_COLUMNS)} cells, none empty")
+        if row["pos"].partition("+")[0] not in schemes:
+            raise ConfigError(f"{where}: pos={row['pos']!r} is none of our schemes ({', '.join(schemes)})")
+        if row["pos"] in published:
+            raise ConfigError(f"{where}: pos={row['pos']} appears twice; give each scheme one row")
         try:
-            row["test_acc"] = float(row["test_acc"])
+            accuracy = float(row["test_acc"])
         except ValueError:
-            raise ConfigError(f"{path}: test_acc of {row['pos']!r} is {row['test_acc']!r}, not a number") from None
-    return {row["pos"]: row for row in rows}
+            accuracy = float("nan")
+        if not 1 < accuracy <= 100:  # also refuses nan
+            raise ConfigError(
+                f"{where}: test_acc={row['test_acc']!r} is not a percentage in (1, 100]; write accuracies in "
+                "percent (86.1, not 0.861)"
+            )
+        published[row["pos"]] = dict(row, test_acc=accuracy)
+    return published
 
 
 def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
     """The groups trained at one size and not fine-tuned, ranked by mean test accuracy within each
-    experiment, data and size: gap to the next, whether the two are separated (gap > the sum of their
-    stds; "n=1" when either lacks a spread), and, for schemes in `published`, its accuracy and rank."""
+    experiment, data set and size: gap to the next, whether the two are separated (gap > the sum of
+    their stds; "n=1" when either lacks a spread), and, for schemes in `published` on the same data
+    set, the published accuracy and both rankings of the schemes in both tables. Ends with a legend."""
     ranked = [r for r in rows if r["train_sizes"] == "-" and r["finetuned_from"] in ("", "-") and r["test_acc_mean"]]
     blocks: dict[tuple, list[dict]] = {}
     for row in ranked:
         blocks.setdefault((row["experiment"], row["data"], str(row["img_size"])), []).append(row)
-    header = ["experiment", "rank", "pos", "n", "test", "best val", "gap to next", "separated from next"]
+    header = ["experiment", "data", "img_size", "budget", "rank", "pos", "n", "test %", "best val %"]
+    header += ["gap to next (points)", "separated from next"]
     if published:
-        header += ["published", "published rank", "our rank among those", "ours - published"]
+        header += ["published %", "rank among both: ours / published", "ours - published (points)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (experiment, _, _), block in blocks.items():
+    for (experiment, data, size), block in blocks.items():
         block = sorted(block, key=lambda r: -r["test_acc_mean"])
-        # ranks among the published schemes this block has, theirs and ours
-        accuracy = {id(r): published[r["pos"]]["test_acc"] for r in block if r["pos"] in published}
+        # the schemes in both tables, in our order and in the published one
+        accuracy = {
+            id(r): published[r["pos"]]["test_acc"]
+            for r in block
+            if r["pos"] in published and published[r["pos"]]["data"] == data
+        }
         ours_order, published_order = list(accuracy), sorted(accuracy, key=accuracy.get, reverse=True)
         labels = [r["pos"] for r in block]
         for rank, (row, below) in enumerate(zip(block, [*block[1:], None]), start=1):
             label = row["pos"]
             if labels.count(label) > 1:  # one scheme under two settings: say which
                 label += f" ({', '.join(filter(None, [row['budget'], row.get('differs', '')]))})"
-            cells = [experiment, str(rank), label, str(row["n"]), _percent(row["test_acc_mean"], row["test_acc_std"])]
+            cells = [experiment, data, size, row["budget"], str(rank), label, str(row["n"])]
+            cells.append(_percent(row["test_acc_mean"], row["test_acc_std"]))
             cells.append(_percent(row["val_acc_best_mean"], row["val_acc_best_std"]))
             if below is None:
                 cells += ["-", "-"]
@@ -346,19 +382,27 @@ def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
                 stds = (row["test_acc_std"], below["test_acc_std"])
                 cells.append(f"{100 * gap:.2f}")
                 cells.append("n=1" if "" in stds else ("yes" if gap > sum(stds) else "no"))
-            if published:
-                reference = published.get(row["pos"])
-                if reference is None:
-                    cells += ["-", "-", "-", "-"]
-                else:
-                    cells.append(f"{reference['test_acc']:.1f} ({reference['name']})")
-                    cells.append(str(published_order.index(id(row)) + 1))
-                    cells.append(str(ours_order.index(id(row)) + 1))
-                    cells.append(f"{100 * row['test_acc_mean'] - reference['test_acc']:+.2f}")
+            if published and id(row) in accuracy:
+                reference = published[row["pos"]]
+                cells.append(f"{reference['test_acc']:.1f} ({reference['name']})".replace("|", "\\|"))
+                cells.append(f"{ours_order.index(id(row)) + 1} / {published_order.index(id(row)) + 1}")
+                cells.append(f"{100 * row['test_acc_mean'] - reference['test_acc']:+.2f}")
+            elif published:
+                cells += ["-", "-", "-"]
             lines.append("| " + " | ".join(cells) + " |")
-    sources = sorted({r["source"] for r in published.values()})
-    notes = "".join(f"\nPublished: {source}\n" for source in sources)
-    return "\n".join(lines) + "\n" + notes
+    legend = [
+        "",
+        "Ranked within each experiment, data set and image size. test: the test accuracy of each run's "
+        "best-validation checkpoint, mean ± std over seeds (n); best val: the best validation accuracy over "
+        "the epochs. Separated: the gap to the next row exceeds the sum of the two rows' stds (their "
+        "one-std bars do not overlap); n=1: a row has one seed, so no spread to compare.",
+    ]
+    if published:
+        legend.append(
+            "Published rows join ours by scheme and data set; the ranks count only the schemes in both tables. "
+            "Published: " + "; ".join(sorted({r["source"] for r in published.values()}))
+        )
+    return "\n".join(lines + legend) + "\n"
 
 
 def training_setting(row: dict) -> list[str]:
