@@ -20,9 +20,10 @@ scheme and size in bold; then each scheme's best conversion per size as a share 
 and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained twins in the
 same panel) instead of table columns. `ranking.md` ranks the groups trained at one size (not
 fine-tuned) by test accuracy, each with its gap to the next and whether the two are separated (their
-one-std bars do not overlap: gap > std + std); with `reference=` (a CSV of `pos,name,test_acc,source`,
-e.g. a published ablation) it joins each scheme's published accuracy and rank beside ours. A run
-counts once it has finished (`results.json`).
+one-std bars do not overlap: gap > std + std); with `reference=` (a CSV of
+`pos,name,data,test_acc,source`, e.g. a published ablation, accuracies in percent) it joins each
+scheme's published accuracy and rank beside ours, for runs of that data set. A run counts once it
+has finished (`results.json`).
 """
 
 from __future__ import annotations
