@@ -18,9 +18,9 @@ sizes, and, for evaluations that asked for an attention temperature (`resize_mod
 each `scripts/study.sh` run's extrapolation step), `extrapolation.md` (every conversion at every size, the best per
 scheme and size in bold; then each scheme's best conversion per size as a share of its 1x accuracy)
 and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained twins in the
-same panel) instead of table columns. `ranking.md` ranks the groups trained at one size (not
-fine-tuned) by test accuracy, each with its gap to the next and whether the two are separated (their
-one-std bars do not overlap: gap > std + std); with `reference=` (a CSV of
+same panel) instead of table columns. `ranking.md` ranks the groups trained at one size and not
+fine-tuned (written when there are some) by test accuracy, each with its gap to the next and whether
+the two are separated (their one-std bars do not overlap: gap > std + std); with `reference=` (a CSV of
 `pos,name,data,test_acc,source`, e.g. a published ablation, accuracies in percent) it joins each
 scheme's published accuracy and rank beside ours, for runs of that data set. A run counts once it
 has finished (`results.json`).
@@ -278,8 +278,11 @@ def compare(
             f"note: the reference table's data ({', '.join(unmatched)}) is not these runs' "
             f"({', '.join(sorted({row['data'] for row in rows}))}): ranking.md sets none of its rows beside them"
         )
-    (out / "ranking.md").write_text(ranking_table(rows, published))
-    written = [out / name for name in ("compare.md", "compare.csv", "runs.csv", "compare.png", "ranking.md")]
+    written = [out / name for name in ("compare.md", "compare.csv", "runs.csv", "compare.png")]
+    ranking = ranking_table(rows, published)
+    if ranking:
+        (out / "ranking.md").write_text(ranking)
+        written.append(out / "ranking.md")
     curves = transfer_curves(rows)
     if curves:
         _transfer_chart(curves, out / "transfer.png")
@@ -349,8 +352,11 @@ def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
     """The groups trained at one size and not fine-tuned, ranked by mean test accuracy within each
     experiment, data set and size: gap to the next, whether the two are separated (gap > the sum of
     their stds; "n=1" when either lacks a spread), and, for schemes in `published` on the same data
-    set, the published accuracy and both rankings of the schemes in both tables. Ends with a legend."""
+    set, the published accuracy and both rankings of the schemes in both tables. Ends with a legend;
+    "" when no group qualifies."""
     ranked = [r for r in rows if r["train_sizes"] == "-" and r["finetuned_from"] in ("", "-") and r["test_acc_mean"]]
+    if not ranked:
+        return ""
     blocks: dict[tuple, list[dict]] = {}
     for row in ranked:
         blocks.setdefault((row["experiment"], row["data"], str(row["img_size"])), []).append(row)
