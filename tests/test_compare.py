@@ -512,7 +512,7 @@ def test_ranking_orders_by_test_accuracy_separates_by_seed_spread_and_joins_the_
         ["-", "-", "-"],
         ["-", "-", "-"],
     ]
-    assert len(lines) == 2 + 5 + 3 and "Published: Y; paper X" in lines[-1]  # e and f not ranked; the legend
+    assert len(lines) == 2 + 5 + 4 and "Published: Y; paper X" in lines[-1]  # cpb, alibi_2d not ranked; the legend
     assert "published" not in ranking_table(rows, {}).splitlines()[0]  # no reference: our columns only
     assert ranking_table([r for r in rows if r["pos"] in ("cpb", "alibi_2d")], {}) == ""  # nothing to rank
 

@@ -405,10 +405,11 @@ def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
         "one-std bars do not overlap); n=1: a row has one seed, so no spread to compare.",
     ]
     if published:
-        legend.append(
+        legend += [
+            "",
             "Published rows join ours by scheme and data set; the ranks count only the schemes in both tables. "
-            "Published: " + "; ".join(sorted({r["source"] for r in published.values()}))
-        )
+            "Published: " + "; ".join(sorted({r["source"] for r in published.values()})),
+        ]
     return "\n".join(lines + legend) + "\n"
 
 
