@@ -272,11 +272,12 @@ def compare(
     _write_csv(out / "compare.csv", rows)
     _write_csv(out / "runs.csv", runs)
     _accuracy_chart(rows, out / "compare.png")
-    unmatched = sorted({r["data"] for r in published.values()} - {row["data"] for row in rows})
+    compared_data = {row["data"] for row in rows}
+    unmatched = sorted({r["data"] for r in published.values()} - compared_data)
     if unmatched:
         print(
             f"note: the reference table's data ({', '.join(unmatched)}) is not these runs' "
-            f"({', '.join(sorted({row['data'] for row in rows}))}): ranking.md sets none of its rows beside them"
+            f"({', '.join(sorted(compared_data))}): ranking.md sets none of its rows beside them"
         )
     written = [out / name for name in ("compare.md", "compare.csv", "runs.csv", "compare.png")]
     ranking = ranking_table(rows, published)

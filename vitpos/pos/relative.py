@@ -115,11 +115,14 @@ class ContinuousPositionBias(PositionalEncoding):
     def buffers_for(self, grid: Grid, device=None) -> dict[str, Tensor]:
         """`coords`: the log-spaced MLP input of every offset of `grid`, (2H-1, 2W-1, 2) fp32;
         `index`: (N*N,) from each (query, key) pair to its offset in the flattened coords."""
-        # (ref - 1) is the divisor; a reference axis of one patch has no offsets, so divide by 1 there
-        ref = tuple(max(s, 2) for s in self.ref_grid)
-        coords = gen_relative_log_coords(tuple(grid), ref, mode="swin", device=device, dtype=torch.float32)
+        coords = gen_relative_log_coords(tuple(grid), self.log_ref(), mode="swin", device=device, dtype=torch.float32)
         index = gen_relative_position_index(tuple(grid), device=device).view(-1)
         return {"coords": coords, "index": index}
+
+    def log_ref(self) -> Grid:
+        """The reference grid of the log spacing, which divides offsets by (ref - 1): a reference axis
+        of one patch has no offsets, so it counts as 2 (divide by 1 there)."""
+        return (max(self.ref_grid[0], 2), max(self.ref_grid[1], 2))
 
     def _mlp_bias(self, layer: int, coords: Tensor) -> Tensor:
         """Log-spaced offsets (..., 2) -> 16 * sigmoid(MLP(offsets)), (..., heads)."""
@@ -146,7 +149,7 @@ class ContinuousPositionBias(PositionalEncoding):
         position = torch.stack([rows[0], cols[0]], dim=-1)  # (N, 2)
         offsets = position[:, None] - position[None]  # (N, N, 2): query - key, as timm's index
         # SwinV2's log spacing (timm's gen_relative_log_coords, mode swin) of continuous offsets
-        scaled = 8 * offsets / offsets.new_tensor([max(s, 2) - 1 for s in self.ref_grid])
+        scaled = 8 * offsets / (offsets.new_tensor(self.log_ref()) - 1)
         coords = torch.sign(scaled) * torch.log2(1 + scaled.abs()) / math.log2(8)
         return self._mlp_bias(layer, coords).permute(2, 0, 1)
 
