@@ -10,6 +10,7 @@
 #   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare; cifar10:
 #                                  # ranking.md sets the study beside the published ablation in RESULTS/published/)
 #   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then long, then tables
+#   bash scripts/study.sh status   # each run of `all`, in its order: done, trained, interrupted or to do (reads only)
 # Each run goes through every step that needs its checkpoint, one after the other:
 #   train -> evaluate at SIZES with no fine-tune (both modes where a scheme has two; runs, fuzzy)
 #         -> every conversion of its scheme at EXTRAP_SIZES (cifar10: 1x..3x), each without and with
@@ -70,6 +71,7 @@ LONG_SEEDS=${LONG_SEEDS:-0}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
 EXTRAP_LIMIT=${EXTRAP_LIMIT:-2000}  # 3x costs ~9x the tokens of 1x per image: a fixed random fifth of the test split
+STATUS=""    # set by the status step: each run reports its state instead of running
 RESULTS=${RESULTS:-docs/results}
 ARCHIVE=${ARCHIVE:-$RESULTS/study_logs}
 read -ra MIXED_LISTS <<< "$MIXED_SIZES"    # split on spaces without globbing the brackets
@@ -153,7 +155,14 @@ study_run() {  # kind (runs, fuzzy, mixed, long), scheme, seed[, training sizes]
   [ "$kind" != runs ] || ! listed "$seed" "$FINETUNE_SEEDS" || finetuned=$FT_EXPERIMENT/${pos}_${FT_TAG}_seed$seed
   mapfile -t steps < <(evaluations "$kind" "$pos")
   if archived "$run" "${steps[@]}" && { [ -z "$finetuned" ] || archived "$finetuned"; }; then
+    [ -z "$STATUS" ] || report "done" "$run"
     return    # done: its results are in the archive
+  fi
+  if [ -n "$STATUS" ]; then
+    if finished "$LOGS/$run"; then report trained "$run" "(in $LOGS: its evaluations, fine-tune or archive to run)"
+    elif [ -n "$(resume_arg "$LOGS/$run")" ]; then report interrupted "$run" "(resumes from its last.ckpt in $LOGS)"
+    else report "to do" "$run"; fi
+    return
   fi
   if ! finished "$LOGS/$run"; then
     say "train $LOGS/$run"
@@ -175,6 +184,12 @@ study_run() {  # kind (runs, fuzzy, mixed, long), scheme, seed[, training sizes]
   archive "$run"
 }
 
+declare -A COUNT=()
+report() {  # state, run[, note]: one line of `status`
+  printf '%-12s %s%s\n' "$1" "$2" "${3:+ $3}"
+  COUNT[$1]=$(( ${COUNT[$1]:-0} + 1 ))
+}
+
 mixed_tag() { echo "train$(echo "$1" | tr -d '[]' | tr , -)px"; }    # the run-name tag train.py gives these sizes
 
 runs() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${SCHEMES//,/ }; do study_run runs "$pos" "$seed"; done; done; }
@@ -185,6 +200,16 @@ mixed() {
   for sizes in "${MIXED_LISTS[@]}"; do
     for seed in ${SEEDS//,/ }; do for pos in ${MIXED_SCHEMES//,/ }; do study_run mixed "$pos" "$seed" "$sizes"; done; done
   done
+}
+
+every_run() {  # what `all` trains, in its order
+  local seeds=$SEEDS seed
+  for seed in ${seeds//,/ }; do    # seed-major: every run has a result before any has three
+    SEEDS=$seed
+    runs; fuzzy; mixed
+  done
+  SEEDS=$seeds
+  long
 }
 
 tables() {
@@ -208,12 +233,16 @@ case ${1:-all} in
   mixed) mixed ;;
   long) long ;;
   tables) tables ;;
-  all) for seed in ${SEEDS//,/ }; do    # seed-major: every run has a result before any has three
-         SEEDS=$seed
-         runs; fuzzy; mixed
-       done
-       long
+  all) every_run
        tables ;;
-  *) echo "error: unknown step '${1}'; use one of runs, fuzzy, mixed, long, tables, all" >&2
+  status) STATUS=1
+          if [ -e "$LOGS/.study.lock" ] && ! flock -n "$LOGS/.study.lock" true; then
+            echo "a study.sh is training into $LOGS now (its current run shows as interrupted or trained)"
+          fi
+          every_run
+          total=0; for state in "${!COUNT[@]}"; do total=$(( total + COUNT[$state] )); done
+          echo "$total runs in $ARCHIVE and $LOGS: ${COUNT[done]:-0} done, ${COUNT[trained]:-0} trained," \
+            "${COUNT[interrupted]:-0} interrupted, ${COUNT[to do]:-0} to do" ;;
+  *) echo "error: unknown step '${1}'; use one of runs, fuzzy, mixed, long, tables, all, status" >&2
      exit 2 ;;
 esac

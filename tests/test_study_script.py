@@ -150,7 +150,7 @@ def test_fuzzy_and_mixed_twins_are_trained_extrapolated_and_archived(tmp_path):
 def test_study_refuses_an_unknown_dataset_or_step(tmp_path):
     for settings, step, message in (
         (dict(DATASET="mnist"), "runs", "error: DATASET=mnist is not a study"),
-        ({}, "finetune", "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, long, tables, all"),
+        ({}, "finetune", "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, long, tables, all, status"),
     ):
         env = dict(fake_env(tmp_path), **settings)
         result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, capture_output=True, text=True, env=env)
@@ -196,3 +196,46 @@ def test_tables_set_the_cifar10_studies_beside_the_published_ablation_and_not_th
     ]
     # the table it names is the repository's
     assert (ROOT / "docs" / "results" / "published" / "cifar10_small_vit_ablation.csv").is_file()
+
+
+def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothing(tmp_path):
+    env = fake_env(
+        tmp_path,
+        SCHEMES="none,2d_sin,cpe",
+        SEEDS="0,1",
+        FUZZY_SCHEMES="2d_sin",
+        MIXED_SCHEMES="cpe",
+        LONG_SCHEMES="none",
+    )
+    study(tmp_path, dict(env, SCHEMES="none", SEEDS="0"))  # none, seed 0: every step, archived
+    shutil.rmtree(tmp_path / "logs")  # as on a new machine
+    (tmp_path / "calls").unlink()
+    study_logs = tmp_path / "logs" / "cifar10_study"
+    make_run(study_logs / "2d_sin_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/best-e9.ckpt")
+    make_run(study_logs / "cpe_cifar10_32px_seed0" / "version_0", "checkpoints/last.ckpt")
+    result = subprocess.run(["bash", "scripts/study.sh", "status"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "calls").exists()  # reads only
+    *lines, total = result.stdout.splitlines()
+    states = [(line[:12].strip(), line[13:].split()[0]) for line in lines]  # "%-12s %s": state, run[, note]
+    study_run = "cifar10_study/{}_cifar10_32px{}_seed{}".format
+    assert states == [  # the order of `all`: seed by seed the runs, fuzzy and mixed twins; then long
+        ("done", study_run("none", "", 0)),
+        ("trained", study_run("2d_sin", "", 0)),
+        ("interrupted", study_run("cpe", "", 0)),
+        ("to do", study_run("2d_sin_fuzzy", "", 0)),
+        ("to do", study_run("cpe", "_train32-48-64px", 0)),
+        *[("to do", study_run(pos, "", 1)) for pos in ("none", "2d_sin", "cpe")],
+        ("to do", study_run("2d_sin_fuzzy", "", 1)),
+        ("to do", study_run("cpe", "_train32-48-64px", 1)),
+        ("to do", "cifar10_cpu/none_cifar10_32px_seed0"),
+    ]
+    assert lines[2].endswith(f"(resumes from its last.ckpt in {tmp_path}/logs)")
+    logs = f"{tmp_path}/results/study_logs and {tmp_path}/logs"
+    assert total == f"11 runs in {logs}: 1 done, 1 trained, 1 interrupted, 8 to do"
+    with open(tmp_path / "logs" / ".study.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study.sh holds it
+        result = subprocess.run(
+            ["bash", "scripts/study.sh", "status"], cwd=ROOT, env=env, capture_output=True, text=True
+        )
+    assert result.returncode == 0 and result.stdout.startswith(f"a study.sh is training into {tmp_path}/logs now")
