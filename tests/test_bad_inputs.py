@@ -60,6 +60,8 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("callbacks.best_checkpoint.mode=up", "ModelCheckpoint: `mode` can be"),
     ("loss.mixup_alpha=-1", "loss.mixup_alpha=-1 must be a non-negative number"),
     ("+loss.foo=1", "unknown loss setting.s. loss.foo; the loss takes loss.cutmix_alpha"),
+    ("+data.batchsize=10", "SyntheticDataModule has no setting 'batchsize'; it takes num_train, num_test, seed, "),
+    ("trainer.fast_dev_run=true", "trainer.fast_dev_run is not supported .* trainer.limit_train_batches=2"),
     ("callbacks.last_checkpoint.every_n_steps=0", "callbacks.last_checkpoint.every_n_steps=0 must be a positive"),
     ("callbacks.best_checkpoint.monitor=val/accuracy", "monitor='val/accuracy' is not a logged metric; use one of"),
     (
@@ -205,6 +207,32 @@ def test_evaluate_reports_a_bad_data_config_of_the_checkpoint_as_one_line(data, 
     assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_evaluate_reads_data_settings_over_the_recorded_ones_and_refuses_unknown_ones(capsys, tmp_path):
+    """`data.<key>=` replaces one setting of the data config the checkpoint records (as train.py's
+    data.root= does); a setting its data module does not take is one error line naming those it does."""
+    import csv
+
+    import torch
+
+    model = vitpos.create_model("none", img_size=16, num_classes=4, in_chans=3, dim=32, depth=1, num_heads=2)
+    path = tmp_path / "best.ckpt"
+    data = {"_target_": "vitpos.data.SyntheticDataModule", "num_train": 64, "num_test": 24, "val_size": 8}
+    torch.save(
+        {
+            "hyper_parameters": {"model": model.config, "data": data},
+            "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+        },
+        path,
+    )
+    out = tmp_path / "out"
+    assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={out}", "batch_size=8", "data.num_test=40"]) == 0
+    with open(out / "resolution.csv", newline="") as f:
+        assert [row["images"] for row in csv.DictReader(f)] == ["40"]  # the whole test split, as overridden
+    assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={out}", "data.num_tst=40"]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("error: unknown data setting(s) data.num_tst; SyntheticDataModule takes data.num_train, ")
 
 
 @pytest.mark.parametrize("option", ["ckpt=", "limit="])

@@ -413,7 +413,7 @@ def check_outputs(out: Path, pos: str) -> list[dict]:
     for row in rows:
         assert row["pos"] == pos and row["trained_at"] == "32px" and row["split"] == "test"
         assert 0.0 <= float(row["acc"]) <= 1.0
-    lines = (out / "resolution.md").read_text().splitlines()
+    lines = (out / "resolution.md").read_text().split("\n\n")[0].splitlines()  # the table, then a subset's note
     assert lines[0] == "| run | pos | trained at | 32px | 48px |"
     assert len(lines) == 3 and f"| {pos} | 32px |" in lines[2]
     assert lines[2].endswith(" | ".join(f"{100 * float(row['acc']):.2f}" for row in rows) + " |")
@@ -436,6 +436,8 @@ def test_evaluate_writes_table_csv_plot_and_tensorboard(real_run_copy, tmp_path)
     assert evaluate_main([f"ckpt={real_run_copy}", "img_sizes=[32,48]", f"out={out}", "batch_size=64", "limit=99"]) == 0
     rows = check_outputs(out, "2d_sin")
     assert all(row["checkpoint"] == str(real_run_copy) for row in rows)
+    assert {row["images"] for row in rows} == {"99"}  # the subset is named in the CSV and under the table
+    assert (out / "resolution.md").read_text().endswith("\n\nOn 99 test images drawn at random (`limit=99`, seed 0).\n")
 
     run_dir = real_run_copy.parent.parent
     events = EventAccumulator(str(run_dir))
@@ -492,11 +494,13 @@ def test_evaluate_best_chooses_on_validation_and_tests_only_the_choice(scheme_ck
         )
         == 0
     )
-    assert test_calls == [((32, 32), "interpolate", "log"), ((48, 48), "interpolate", "log")]
+    # at the trained size every conversion is the model as trained (identities tested above): no search
+    assert test_calls == [((32, 32), "extrapolate", "none"), ((48, 48), "interpolate", "log")]
     rows = read_csv(out / "resolution.csv")
     assert [(r["resize_mode"], r["attn_temperature"], r["chosen_on"], r["acc"]) for r in rows] == [
-        ("interpolate", "log", "val", "0.5")
-    ] * 2
+        ("extrapolate", "none", "trained size", "0.9"),
+        ("interpolate", "log", "val", "0.5"),
+    ]
 
 
 def test_evaluate_all_gives_every_conversion_the_numbers_and_tag_of_its_own_command(
@@ -522,6 +526,7 @@ def test_evaluate_all_gives_every_conversion_the_numbers_and_tag_of_its_own_comm
         assert together == alone
     table = (tmp_path / "all" / "resolution.md").read_text().splitlines()
     assert "conversion" in table[0] and len(table) == 2 + len(pairs)  # a row per conversion
+    assert {r["images"] for r in rows} == {"64"}  # the whole test split: limit=64 drew no subset, nor says so
 
     run = real_run_copy.parents[1]
     assert evaluate_main([f"ckpt={real_run_copy}", "resize_mode=all", *options, f"out={tmp_path / 'run'}"]) == 0

@@ -3,6 +3,8 @@ train.py composes it, so `data=<name>` means the same everywhere; objects built 
 
 from __future__ import annotations
 
+import inspect
+import re
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -44,12 +46,50 @@ def instantiate(config, **kwargs):
     except InstantiationException as error:
         if isinstance(error.__cause__, VitposError):
             raise error.__cause__ from None
+        target = str(config.get("_target_", ""))
         if isinstance(error.__cause__, MisconfigurationException):
-            target = str(config.get("_target_", "")).rsplit(".", 1)[-1]
-            raise ConfigError(f"{target}: {' '.join(str(error.__cause__).split())}") from None
+            raise ConfigError(f"{target.rsplit('.', 1)[-1]}: {' '.join(str(error.__cause__).split())}") from None
+        unexpected = re.search(r"unexpected keyword argument '(\w+)'", str(error.__cause__))
+        if isinstance(error.__cause__, TypeError) and unexpected:  # e.g. +data.batchsize=10
+            raise ConfigError(
+                f"{target.rsplit('.', 1)[-1]} has no setting {unexpected.group(1)!r}; it takes "
+                f"{', '.join(settings_of(hydra.utils.get_object(target)))}"
+            ) from None
         raise
 
 
 def data_config(name: str) -> dict:
     """configs/data/<name>.yaml composed as train.py would (interpolations resolved)."""
     return OmegaConf.to_container(compose_train_config([f"data={name}"]).data, resolve=True)
+
+
+def data_settings(data, recorded: dict | None, source: str) -> dict:
+    """The data config a CLI reads a model's images with. `data`: None (`recorded`, the config
+    `source` was trained on), a configs/data name (that config instead), or a mapping, from
+    `data.<key>=value` options (`recorded` with those settings replaced, e.g. data.root=<copy>)."""
+    if isinstance(data, str):
+        return data_config(data)
+    if not recorded:
+        raise ConfigError(f"{source} records no data config; pass data=<name of configs/data/*.yaml>")
+    overrides = to_container(data) or {}
+    import hydra
+
+    takes = settings_of(hydra.utils.get_object(recorded["_target_"]))
+    unknown = sorted(set(overrides) - set(recorded) - set(takes))
+    if unknown:
+        raise ConfigError(
+            f"unknown data setting(s) {', '.join(f'data.{k}' for k in unknown)}; "
+            f"{recorded['_target_'].rsplit('.', 1)[-1]} takes {', '.join(f'data.{k}' for k in takes)}"
+        )
+    return {**recorded, **overrides}
+
+
+def settings_of(target) -> list[str]:
+    """The keyword arguments a class (its own and those its `**kwargs` pass to its bases) or function takes."""
+    names: list[str] = []
+    for function in [c.__init__ for c in target.__mro__] if isinstance(target, type) else [target]:
+        parameters = inspect.signature(function).parameters.values()
+        names += [p.name for p in parameters if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break
+    return list(dict.fromkeys(names))

@@ -18,8 +18,10 @@ Options (key=value): ckpt (a path or a list [a,b]; a folder means the latest bes
 run under it, or last.ckpt where a run has no best), img_sizes (ints or [H,W] pairs), resize_mode
 (a mode of the scheme, best or all), attn_temperature (none or log; default: the checkpoint's), split,
 limit (this many images of the split, drawn at random with seed 0: the same ones every time),
-batch_size, data (a configs/data name, instead of the checkpoint's own data config), data_dir
-(override the dataset root), out, device.
+batch_size, data (a configs/data name, instead of the checkpoint's own data config) or data.<key>
+(a setting of the checkpoint's data config, e.g. data.root=<another copy of the data set>), data_dir
+(the folder data sets are found and cached in, as train.py's paths.data_dir; a data.root the
+checkpoint records comes first), out, device.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from omegaconf import OmegaConf
 from torchmetrics.classification import MulticlassAccuracy
 
 from .cli import keyword_defaults, parse_options
-from .config import data_config, instantiate
+from .config import data_settings, instantiate
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import ATTN_TEMPERATURES, check_attn_temperature, image_size
@@ -58,9 +60,13 @@ def subset_mask(size: int, limit: int | None) -> torch.Tensor | None:
     return mask
 
 
+def split_size(datamodule, split: str) -> int:
+    return len(datamodule.test_set if split == "test" else datamodule.val_set)
+
+
 def split_subset(datamodule, split: str, limit: int | None) -> torch.Tensor | None:
     """The `subset_mask` of `limit` images of `datamodule`'s `split` (None: the whole split)."""
-    return subset_mask(len(datamodule.test_set if split == "test" else datamodule.val_set), limit)
+    return subset_mask(split_size(datamodule, split), limit)
 
 
 def accuracy(model, datamodule, split: str, device: torch.device, mask: torch.Tensor | None) -> float:
@@ -116,21 +122,20 @@ def evaluate(
     if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
         raise ConfigError(f"img_sizes={img_sizes!r} must be a list of sizes, e.g. img_sizes=[32,48,64]")
     sizes = [image_size(size) for size in img_sizes]
-    rows = []
+    rows, subsetted = [], False
     for path in find_checkpoints(ckpt):
         checkpoint = read_checkpoint(path)
-        data_cfg = data_config(data) if data else checkpoint["hyper_parameters"].get("data")
-        if not data_cfg:
-            raise ConfigError(f"{path} records no data config; pass data=<name of configs/data/*.yaml>")
+        data_cfg = data_settings(data, checkpoint["hyper_parameters"].get("data"), str(path))
         data_cfg = dict(data_cfg, batch_size=batch_size, **({"data_dir": data_dir} if data_dir else {}))
         datamodule = instantiate(data_cfg)
         datamodule.setup()
+        subsetted |= split_subset(datamodule, split, limit) is not None
         trained = checkpoint["hyper_parameters"]["model"]
         writer = _tensorboard_writer(path)
         candidates = conversions(trained["pos"], resize_mode, attn_temperature)
         for size in sizes:
             datamodule.img_size = size
-            chosen, note = candidates[0], ""
+            chosen, note, chosen_on = candidates[0], "", ""
             if resize_mode == ALL:
                 for mode, temperature in candidates:
                     model = model_from_checkpoint(checkpoint, size, mode, temperature).to(device)
@@ -140,7 +145,11 @@ def evaluate(
                         )
                     )
                 continue
-            if len(candidates) > 1:
+            if len(candidates) > 1 and size == image_size(trained["img_size"]):
+                note = "  (the trained size: every conversion is the model as trained)"  # identities (tests)
+                chosen_on = "trained size"
+            elif len(candidates) > 1:
+                chosen_on = "val"
                 val_mask = split_subset(datamodule, "val", limit)
                 val_accs = {
                     (mode, temperature): accuracy(
@@ -159,10 +168,10 @@ def evaluate(
             model = model_from_checkpoint(checkpoint, size, *chosen).to(device)  # the file is read once
             forced = None if resize_mode == BEST else (resize_mode, attn_temperature)
             row = evaluate_one(model, path, trained, datamodule, split, device, limit, writer, forced, note)
-            rows.append(dict(row, chosen_on="val" if len(candidates) > 1 else ""))
+            rows.append(dict(row, chosen_on=chosen_on))
         if writer is not None:
             writer.close()
-    write_outputs(rows, sizes, Path(out), limit, by_conversion=resize_mode == ALL)
+    write_outputs(rows, sizes, Path(out), limit if subsetted else None, by_conversion=resize_mode == ALL)
     return rows
 
 
@@ -183,6 +192,7 @@ def evaluate_one(model, path: Path, trained: dict, datamodule, split, device, li
         attn_temperature=model.config["attn_temperature"],
         chosen_on="",
         split=split,
+        images=int(mask.sum()) if mask is not None else split_size(datamodule, split),
         acc=round(acc, 4),
         checkpoint=str(path),
     )
@@ -245,6 +255,8 @@ def write_outputs(
         accs = [f"{100 * by_run[run][t]['acc']:.2f}" for t in tags]
         cells = [run[0], first["pos"], first["trained_at"], *([run[1]] if by_conversion else []), *accs]
         lines.append("| " + " | ".join(cells) + " |")
+    if limit:
+        lines += ["", f"On {rows[0]['images']} {rows[0]['split']} images drawn at random (`limit={limit}`, seed 0)."]
     (out / "resolution.md").write_text("\n".join(lines) + "\n")
 
     figure, axes = plt.subplots(figsize=(8, 5))

@@ -23,7 +23,8 @@ The same figures are logged to TensorBoard (`figures/<name>`) and saved under
 
 Options (key=value): ckpt or pos, out (default: `<run>/figures` for a checkpoint in a run
 folder, else logs/figures/<pos>), images (images for the attention distance), split (val or
-test), data (a configs/data name, instead of the checkpoint's own), data_dir, img_size, seed,
+test), data (a configs/data name, instead of the checkpoint's own) or data.<key> (one of its
+settings, e.g. data.root=<a copy of the data set>), data_dir, img_size, seed,
 and for pos= the model arguments (dim, depth, num_heads, patch_size, in_chans, ...).
 """
 
@@ -36,7 +37,7 @@ import torch
 from omegaconf import OmegaConf
 
 from .cli import parse_options
-from .config import data_config, instantiate
+from .config import data_config, data_settings, instantiate
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_ARGS, create_model
@@ -55,14 +56,13 @@ def figures_from_options(options) -> tuple[dict, Path]:
         path = find_checkpoints(options.ckpt)[0]
         checkpoint = read_checkpoint(path)
         model = model_from_checkpoint(checkpoint)
-        data_cfg = data_config(options.data) if options.data else checkpoint["hyper_parameters"].get("data")
-        if not data_cfg:
-            raise ConfigError(f"{path} records no data config; pass data=<name of configs/data/*.yaml>")
+        data_cfg = data_settings(options.data, checkpoint["hyper_parameters"].get("data"), str(path))
         datamodule = instantiate(dict(data_cfg, img_size=model.config["img_size"], **data_dir))
         run = run_dir(path)
         default_out = run / "figures" if run else Path("logs/figures") / model.config["pos"]
     elif options.pos:
-        datamodule = instantiate(dict(data_config(options.data or "synthetic"), img_size=options.img_size, **data_dir))
+        data_cfg = data_settings(options.data, data_config("synthetic"), "data=synthetic")  # synthetic by default
+        datamodule = instantiate(dict(data_cfg, img_size=options.img_size, **data_dir))
         model_args = {k: v for k, v in OmegaConf.to_container(options).items() if k in MODEL_ARGS}
         model_args = {"in_chans": datamodule.in_chans, "num_classes": datamodule.num_classes, **model_args}
         model = create_model(options.pos, img_size=options.img_size, **model_args)

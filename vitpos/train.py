@@ -178,6 +178,12 @@ def check_run_settings(cfg: DictConfig) -> None:
         is_integer(cfg.checkpoint_every_n_steps) and cfg.checkpoint_every_n_steps > 0,
         "be a positive number of optimizer steps between last.ckpt saves, e.g. checkpoint_every_n_steps=500",
     )
+    if cfg.trainer.get("fast_dev_run"):  # Lightning then runs without the logger and checkpoints a run is made of
+        raise ConfigError(
+            "trainer.fast_dev_run is not supported (it turns off the run's logger and checkpoints); for a quick "
+            "check use trainer.max_epochs=1 trainer.limit_train_batches=2 trainer.limit_val_batches=2 "
+            "trainer.limit_test_batches=2"
+        )
 
 
 def check_monitors(callbacks: dict, module: ImageClassifier) -> None:
