@@ -227,7 +227,8 @@ def test_evaluate_reads_data_settings_over_the_recorded_ones_and_refuses_unknown
         path,
     )
     out = tmp_path / "out"
-    assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={out}", "batch_size=8", "data.num_test=40"]) == 0
+    # 56 training images, fewer than evaluate's default batch of 256, which only a training run must fill
+    assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={out}", "data.num_test=40"]) == 0
     with open(out / "resolution.csv", newline="") as f:
         assert [row["images"] for row in csv.DictReader(f)] == ["40"]  # the whole test split, as overridden
     assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={out}", "data.num_tst=40"]) == 2

@@ -128,7 +128,7 @@ def evaluate(
         data_cfg = data_settings(data, checkpoint["hyper_parameters"].get("data"), str(path))
         data_cfg = dict(data_cfg, batch_size=batch_size, **({"data_dir": data_dir} if data_dir else {}))
         datamodule = instantiate(data_cfg)
-        datamodule.setup()
+        datamodule.setup("test")  # no training batch to fill: a small data set evaluates at any batch_size
         subsetted |= split_subset(datamodule, split, limit) is not None
         trained = checkpoint["hyper_parameters"]["model"]
         writer = _tensorboard_writer(path)

@@ -133,7 +133,7 @@ class ImageDataModule(L.LightningDataModule):
         val_index, train_index = order[: self.val_size], order[self.val_size :]
         if self.train_subset:
             train_index = train_index[: self.train_subset]
-        if len(train_index) < self.batch_size:
+        if stage in (None, "fit") and len(train_index) < self.batch_size:  # training drops a partial batch
             raise ConfigError(
                 f"{len(train_index)} training images are fewer than one batch "
                 f"(data.batch_size={self.batch_size}); raise data.train_subset or lower data.batch_size"
