@@ -79,8 +79,7 @@ BAD_TRAINING = [  # (override, words the message must contain)
 def test_bad_training_input_is_a_user_error_and_leaves_no_run(override, message, make_config, tiny_overrides, tmp_path):
     with pytest.raises(VitposError, match=message.replace("(", r"\(")):
         train(make_config([*tiny_overrides, *override.split()]))
-    logs = tmp_path / "logs"
-    assert not logs.exists() or not list(logs.rglob("version_*")), "a run that never trained left a folder"
+    assert not (tmp_path / "logs").exists(), "a run that never trained left a folder"
 
 
 def test_a_run_name_that_reads_as_a_number_is_a_name(make_config, tiny_overrides):

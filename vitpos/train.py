@@ -206,8 +206,10 @@ def check_monitors(callbacks: dict, module: ImageClassifier) -> None:
             )
 
 
-def check_writable(folder: Path) -> None:
-    """Fail before training when the log folder cannot be written."""
+def check_writable(folder: Path) -> Path | None:
+    """Fail before training when the log folder cannot be written; return the outermost folder this
+    made (None: `folder` existed), for a run that never trains to take away."""
+    created = next((f for f in [*reversed(folder.parents), folder] if not f.exists()), None)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
@@ -217,13 +219,19 @@ def check_writable(folder: Path) -> None:
             f"cannot write to paths.log_dir ({folder}: {error.strerror}); pass a writable folder, "
             f"e.g. paths.log_dir=logs"
         ) from None
+    return created
 
 
-def remove_run_folder(version_dir: Path) -> None:
-    """Delete `<run>/version_N`, and `<run>` if that leaves it empty."""
+def remove_run_folder(version_dir: Path, created: Path | None) -> None:
+    """Delete `<run>/version_N`, `<run>` if that leaves it empty, and the folders above it this run
+    made (`created` and those below it) where they are left empty."""
     shutil.rmtree(version_dir, ignore_errors=True)
-    if version_dir.parent.is_dir() and not any(version_dir.parent.iterdir()):
-        version_dir.parent.rmdir()
+    run = version_dir.parent
+    up_to_created = [f for f in version_dir.parents if created is not None and (f == created or created in f.parents)]
+    for folder in up_to_created or [run]:  # innermost first
+        if not folder.is_dir() or any(folder.iterdir()):
+            break
+        folder.rmdir()
 
 
 LOSS_KEYS = {"label_smoothing", "mixup_alpha", "cutmix_alpha"}  # train.yaml's loss: (ImageClassifier arguments)
@@ -338,8 +346,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     run_root = Path(cfg.paths.log_dir, *([cfg.experiment] if cfg.get("experiment") else []), run_name)
     resume_from = resume_checkpoint(cfg, run_root.parent, run_name, module) if cfg.resume else None
     first_rank = rank_zero_only.rank == 0  # the Trainer does not exist yet: the launcher's environment
-    if first_rank:
-        check_writable(run_root.parent)
+    created = check_writable(run_root.parent) if first_rank else None
     claimed = claim_version(run_root) if first_rank and resume_from is None else None  # a duplicate: the next N
     version = (
         version_of(run_dir(resume_from))
@@ -367,7 +374,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
     except BaseException as error:
         if claimed and (trainer is None or trainer.global_step == 0):
-            remove_run_folder(claimed)  # a run that never trained leaves nothing behind
+            remove_run_folder(claimed, created)  # a run that never trained leaves nothing behind
         reason = stop_reason(error, trainer)
         if reason is None:
             raise
