@@ -67,13 +67,13 @@ def data_settings(data, recorded: dict | None, source: str) -> dict:
     """The data config a CLI reads a model's images with. `data`: None (`recorded`, the config
     `source` was trained on), a configs/data name (that config instead), or a mapping, from
     `data.<key>=value` options (`recorded` with those settings replaced, e.g. data.root=<copy>)."""
+    import hydra
+
     if isinstance(data, str):
         return data_config(data)
     if not recorded:
         raise ConfigError(f"{source} records no data config; pass data=<name of configs/data/*.yaml>")
     overrides = to_container(data) or {}
-    import hydra
-
     takes = settings_of(hydra.utils.get_object(recorded["_target_"]))
     unknown = sorted(set(overrides) - set(recorded) - set(takes))
     if unknown:

@@ -61,6 +61,7 @@ def subset_mask(size: int, limit: int | None) -> torch.Tensor | None:
 
 
 def split_size(datamodule, split: str) -> int:
+    """The number of images of `datamodule`'s `split` (test or val)."""
     return len(datamodule.test_set if split == "test" else datamodule.val_set)
 
 
@@ -146,7 +147,8 @@ def evaluate(
                     )
                 continue
             if len(candidates) > 1 and size == image_size(trained["img_size"]):
-                note = "  (the trained size: every conversion is the model as trained)"  # identities (tests)
+                # every resize rule and the temperature are the identity at the trained grid (tests)
+                note = "  (the trained size: every conversion is the model as trained)"
                 chosen_on = "trained size"
             elif len(candidates) > 1:
                 chosen_on = "val"
