@@ -358,6 +358,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainer = None
     try:
         with sigterm_stops_the_run():  # until fit installs the per-step stop (LastCheckpoint)
+            # missing data, a split that cannot fill a batch: one error line, before the Trainer prints
+            # its device lines; fit prepares the data again on each other node's first process
+            if first_rank:
+                datamodule.prepare_data()
+            datamodule.setup("fit")
             logger = instantiate(cfg.logger, save_dir=str(run_root.parent), name=run_name, version=version)
             built = {name: instantiate(c) for name, c in cfg.callbacks.items() if c is not None}
             check_monitors(built, module)
@@ -365,9 +370,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
             trainer = instantiate(
                 trainer_config(cfg), logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()]
             )
-            if trainer.local_rank == 0:
-                datamodule.prepare_data()  # missing data, a split that cannot fill a batch: before any training
-            datamodule.setup("fit")
             if trainer.is_global_zero:
                 start_run(cfg, trainer, module, datamodule, trained_size, params)
             started = time.perf_counter()
