@@ -21,6 +21,7 @@ from vitpos.compare import (
     compare,
     epoch_curves,
     extrapolation_curves,
+    extrapolation_figure,
     extrapolation_table,
     group_runs,
     latest_per_seed,
@@ -185,6 +186,22 @@ def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_b
     assert "| 2d_sin | exact | ntk + log temperature | 2 | **85.00 ± 7.07** | 70.00 ± 14.14 |" in table
     assert "| 2d_sin | fuzzy | ntk | 1 | 80.00 | **75.00** |" in table  # the best of 2d_sin at 64 px
     assert "| none | exact | its rule + log temperature | 1 | **60.00** | **35.00** |" in table
+    # the chart: a panel per scheme with a line per curve; each panel names its modes (the colours),
+    # the figure names the line styles and the training variants (the markers) once
+    figure = extrapolation_figure(curves)
+    panels = [axes for axes in figure.axes if axes.get_visible()]
+    assert [axes.get_title() for axes in panels] == ["2d_sin", "none"]
+    assert [len(axes.containers) for axes in panels] == [6, 2]
+    assert [[text.get_text() for text in axes.get_legend().get_texts()] for axes in panels] == [["ntk"], ["its rule"]]
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == [
+        "no temperature",
+        "log temperature",
+        "trained exact",
+        "trained fuzzy",
+        "trained mixed 32-48-64px",
+    ]
+    markers = {container.lines[0].get_marker() for container in panels[0].containers}
+    assert len(markers) == 3  # one per training variant
 
 
 def test_a_conversion_and_a_subset_are_read_back_from_the_tag_evaluate_writes():

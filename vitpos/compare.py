@@ -295,7 +295,9 @@ def compare(
             + "\nThe best conversion at each size:\n\n"
             + best_conversions_table(conversions)
         )
-        _extrapolation_chart(conversions, out / "extrapolation.png")
+        figure = extrapolation_figure(conversions)
+        figure.savefig(out / "extrapolation.png", dpi=110)
+        pyplot().close(figure)
         written += [out / "extrapolation.md", out / "extrapolation.png"]
     by_epoch = epoch_curves(runs)
     if by_epoch:
@@ -509,9 +511,14 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     return curves
 
 
+def _variant_order(variant: str) -> tuple:
+    """Training variants with the plain one ("exact") first."""
+    return variant != "exact", variant
+
+
 def _curve_order(curve: dict) -> tuple:
     """The order of a scheme's curves in the table and the chart: variant, mode, temperature, subset."""
-    return curve["variant"], curve["mode"], curve["temperature"] == "log", curve["images"] or 0
+    return _variant_order(curve["variant"]), curve["mode"], curve["temperature"] == "log", curve["images"] or 0
 
 
 def _accuracy_at(curve: dict, height: int) -> str:
@@ -740,27 +747,31 @@ def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
     plt.close(figure)
 
 
-def _extrapolation_chart(curves: dict[str, list[dict]], path: Path) -> None:
-    """One panel per scheme: test accuracy against evaluation size, a colour per resize mode, solid
-    without and dashed with the log temperature, a marker per training variant (round: exact, cross:
-    fuzzy, square: mixed-resolution); error bars of one std."""
+def extrapolation_figure(curves: dict[str, list[dict]]):
+    """One panel per scheme: test accuracy against evaluation size, a colour per resize mode (named in
+    the panel's legend), solid without and dashed with the log temperature, a marker per training
+    variant (both named once, above the panels); error bars of one std."""
     plt = pyplot()
+    from matplotlib.lines import Line2D
+
+    # a legend entry per line would cover a panel once a scheme has twins (24 lines for three variants
+    # of four modes): colours are keyed per panel, styles and markers once for the figure
+    variants = sorted({c["variant"] for scheme_curves in curves.values() for c in scheme_curves}, key=_variant_order)
+    markers = dict(zip(variants, "oxs^Dv*P"))
     columns = min(4, len(curves))
     rows = -(-len(curves) // columns)
     width = max(4.2 * columns, 8)  # a single panel still holds the title
-    figure, panels = plt.subplots(rows, columns, figsize=(width, 3.6 * rows), squeeze=False, sharey=True)
+    figure, panels = plt.subplots(rows, columns, figsize=(width, 3.6 * rows + 0.6), squeeze=False, sharey=True)
     for axes, (scheme, scheme_curves) in zip(panels.flat, sorted(curves.items())):
         modes = sorted({c["mode"] for c in scheme_curves})
         for curve in sorted(scheme_curves, key=_curve_order):
-            label = ("" if curve["variant"] == "exact" else f"{curve['variant']}, ") + _conversion_name(curve)
             axes.errorbar(
                 curve["heights"],
                 [100 * m for m in curve["means"]],
                 yerr=[100 * s for s in curve["stds"]],
-                marker={"exact": "o", "fuzzy": "x"}.get(curve["variant"], "s"),
+                marker=markers[curve["variant"]],
                 markersize=4,
                 capsize=2,
-                label=label,
                 linestyle="--" if curve["temperature"] == "log" else "-",
                 color=f"C{modes.index(curve['mode']) % 10}",
                 alpha=0.85,
@@ -769,19 +780,27 @@ def _extrapolation_chart(curves: dict[str, list[dict]], path: Path) -> None:
         axes.set_xticks(sorted({h for c in scheme_curves for h in c["heights"]}))
         axes.set_xlabel("evaluation size (px)")
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=5.5, loc="lower left")
+        mode_keys = [Line2D([], [], color=f"C{i % 10}", label=mode or "its rule") for i, mode in enumerate(modes)]
+        axes.legend(handles=mode_keys, fontsize=6.5, loc="upper right")
     for axes in panels.flat[len(curves) :]:
         axes.set_visible(False)
     for axes in panels[:, 0]:
         axes.set_ylabel("top-1 test accuracy (%)")
+    style_keys = [
+        Line2D([], [], color="0.3", linestyle="-", label="no temperature"),
+        Line2D([], [], color="0.3", linestyle="--", label="log temperature"),
+        *(Line2D([], [], color="0.3", linestyle="none", marker=markers[v], label=f"trained {v}") for v in variants),
+    ]
+    figure.legend(handles=style_keys, loc="upper center", ncol=len(style_keys), fontsize=8, bbox_to_anchor=(0.5, 0.96))
     n = sorted({c["n"] for scheme_curves in curves.values() for c in scheme_curves})
+    subsets = sorted({c["images"] for scheme_curves in curves.values() for c in scheme_curves if c["images"]})
+    on = f" on {'/'.join(map(str, subsets))} test images" if subsets else ""
     figure.suptitle(
-        f"Training-free conversions to larger inputs, no fine-tune (mean ± std over {'/'.join(map(str, n))} seeds)",
+        f"Training-free conversions to larger inputs, no fine-tune{on} (mean ± std over {'/'.join(map(str, n))} seeds)",
         fontsize=11,
     )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.75 / (3.6 * rows + 0.6)))
+    return figure
 
 
 def _epoch_chart(curves: list[dict], path: Path) -> None:
