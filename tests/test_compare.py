@@ -202,6 +202,7 @@ def test_extrapolation_curves_file_fuzzy_twins_under_their_scheme_and_mark_the_b
     ]
     markers = {container.lines[0].get_marker() for container in panels[0].containers}
     assert len(markers) == 3  # one per training variant
+    assert "images" not in figure.get_suptitle()  # every curve on the whole split
 
 
 def test_a_conversion_and_a_subset_are_read_back_from_the_tag_evaluate_writes():
@@ -224,6 +225,12 @@ def test_an_evaluation_of_a_subset_is_its_own_curve_beside_the_whole_split():
     table = extrapolation_table(curves)
     assert "| ntk + log temperature | 1 | 80.00 | 50.00 |" in table  # the whole split keeps its own figure
     assert "| ntk + log temperature (300 images) | 1 | **90.00** | **70.00** |" in table
+    # in the chart the two are two colours, each named with its subset; no subset in the title
+    figure = extrapolation_figure(curves)
+    (axes,) = [axes for axes in figure.axes if axes.get_visible()]
+    assert len({container.lines[0].get_color() for container in axes.containers}) == 2
+    assert [text.get_text() for text in axes.get_legend().get_texts()] == ["ntk", "ntk (300 images)"]
+    assert "images" not in figure.get_suptitle()
 
 
 def test_best_conversions_table_names_each_sizes_best_conversion_and_its_share_of_1x():

@@ -511,14 +511,9 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     return curves
 
 
-def _variant_order(variant: str) -> tuple:
-    """Training variants with the plain one ("exact") first."""
-    return variant != "exact", variant
-
-
 def _curve_order(curve: dict) -> tuple:
     """The order of a scheme's curves in the table and the chart: variant, mode, temperature, subset."""
-    return _variant_order(curve["variant"]), curve["mode"], curve["temperature"] == "log", curve["images"] or 0
+    return curve["variant"], curve["mode"], curve["temperature"] == "log", curve["images"] or 0
 
 
 def _accuracy_at(curve: dict, height: int) -> str:
@@ -748,22 +743,31 @@ def _transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
 
 
 def extrapolation_figure(curves: dict[str, list[dict]]):
-    """One panel per scheme: test accuracy against evaluation size, a colour per resize mode (named in
-    the panel's legend), solid without and dashed with the log temperature, a marker per training
-    variant (both named once, above the panels); error bars of one std."""
+    """One panel per scheme: test accuracy against evaluation size, a colour per conversion (resize mode,
+    and image subset where the curves differ in it; named in the panel's legend), solid without and
+    dashed with the log temperature, a marker per training variant (both named once, above the
+    panels); error bars of one std."""
     plt = pyplot()
     from matplotlib.lines import Line2D
 
     # a legend entry per line would cover a panel once a scheme has twins (24 lines for three variants
     # of four modes): colours are keyed per panel, styles and markers once for the figure
-    variants = sorted({c["variant"] for scheme_curves in curves.values() for c in scheme_curves}, key=_variant_order)
+    every_curve = [c for scheme_curves in curves.values() for c in scheme_curves]
+    variants = sorted({c["variant"] for c in every_curve})
     markers = dict(zip(variants, "oxs^Dv*P"))
+    subsets = {c["images"] or 0 for c in every_curve}  # 0: the whole split
+    per_subset = len(subsets) > 1  # the colours name each curve's subset; otherwise the title names it
+
+    def conversion(curve: dict) -> tuple:  # what a colour stands for
+        return curve["mode"], curve["images"] or 0 if per_subset else 0
+
     columns = min(4, len(curves))
     rows = -(-len(curves) // columns)
     width = max(4.2 * columns, 8)  # a single panel still holds the title
-    figure, panels = plt.subplots(rows, columns, figsize=(width, 3.6 * rows + 0.6), squeeze=False, sharey=True)
+    height = 3.6 * rows + 0.6  # and 0.6 inch above the panels for the figure's legend
+    figure, panels = plt.subplots(rows, columns, figsize=(width, height), squeeze=False, sharey=True)
     for axes, (scheme, scheme_curves) in zip(panels.flat, sorted(curves.items())):
-        modes = sorted({c["mode"] for c in scheme_curves})
+        conversions = sorted({conversion(c) for c in scheme_curves})
         for curve in sorted(scheme_curves, key=_curve_order):
             axes.errorbar(
                 curve["heights"],
@@ -773,15 +777,18 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
                 markersize=4,
                 capsize=2,
                 linestyle="--" if curve["temperature"] == "log" else "-",
-                color=f"C{modes.index(curve['mode']) % 10}",
+                color=f"C{conversions.index(conversion(curve)) % 10}",
                 alpha=0.85,
             )
         axes.set_title(scheme, fontsize=10)
         axes.set_xticks(sorted({h for c in scheme_curves for h in c["heights"]}))
         axes.set_xlabel("evaluation size (px)")
         axes.grid(alpha=0.3)
-        mode_keys = [Line2D([], [], color=f"C{i % 10}", label=mode or "its rule") for i, mode in enumerate(modes)]
-        axes.legend(handles=mode_keys, fontsize=6.5, loc="upper right")
+        colour_keys = [
+            Line2D([], [], color=f"C{i % 10}", label=(mode or "its rule") + (f" ({images} images)" if images else ""))
+            for i, (mode, images) in enumerate(conversions)
+        ]
+        axes.legend(handles=colour_keys, fontsize=6.5, loc="upper right")
     for axes in panels.flat[len(curves) :]:
         axes.set_visible(False)
     for axes in panels[:, 0]:
@@ -792,14 +799,13 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
         *(Line2D([], [], color="0.3", linestyle="none", marker=markers[v], label=f"trained {v}") for v in variants),
     ]
     figure.legend(handles=style_keys, loc="upper center", ncol=len(style_keys), fontsize=8, bbox_to_anchor=(0.5, 0.96))
-    n = sorted({c["n"] for scheme_curves in curves.values() for c in scheme_curves})
-    subsets = sorted({c["images"] for scheme_curves in curves.values() for c in scheme_curves if c["images"]})
-    on = f" on {'/'.join(map(str, subsets))} test images" if subsets else ""
+    n = sorted({c["n"] for c in every_curve})
+    on = f" on {max(subsets)} test images" if not per_subset and max(subsets) else ""
     figure.suptitle(
         f"Training-free conversions to larger inputs, no fine-tune{on} (mean ± std over {'/'.join(map(str, n))} seeds)",
         fontsize=11,
     )
-    figure.tight_layout(rect=(0, 0, 1, 1 - 0.75 / (3.6 * rows + 0.6)))
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.75 / height))
     return figure
 
 
