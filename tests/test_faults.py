@@ -62,8 +62,9 @@ def test_claiming_versions_from_many_threads_gives_each_its_own(tmp_path):
 
 @pytest.mark.slow
 def test_a_full_disk_during_a_checkpoint_is_one_line_and_keeps_the_previous_file(tmp_path):
+    # the save due at step 8, the first epoch's last, is written after step 9: the disk fills there
     result = train_py(
-        tmp_path, "run_name=full_disk", "+callbacks.full._target_=interrupt.DiskFullAtStep", "+callbacks.full.step=8"
+        tmp_path, "run_name=full_disk", "+callbacks.full._target_=interrupt.DiskFullAtStep", "+callbacks.full.step=9"
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

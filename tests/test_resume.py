@@ -38,10 +38,10 @@ RUN = [
 ]
 
 
-def train_py(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+def train_py(cwd: Path, *overrides: str, run: list[str] = RUN) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
     return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *RUN, *overrides],
+        [sys.executable, str(ROOT / "train.py"), *run, *overrides],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -120,6 +120,36 @@ def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, exp
     batches = (cwd / f"{run}.batches").read_text().splitlines()
     after_resume = {line.split()[0]: line for line in batches[len(batches) - (12 - step) :]}
     assert [after_resume[line.split()[0]] for line in full_batches[step:]] == full_batches[step:]
+
+
+def best_checkpoint_state(checkpoint: Path) -> tuple[str, float]:
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    (state,) = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    return Path(state["best_model_path"]).name, float(state["best_model_score"])
+
+
+@pytest.mark.slow
+def test_a_periodic_save_due_at_an_epochs_last_step_waits_for_its_validation(tmp_path):
+    """Lightning resumes from a checkpoint of an epoch's last step without running that epoch's
+    validation, so its best checkpoint would stay on disk, unknown to the resumed run. A save due
+    there (every 8 steps, epochs of 8) is written one step later, after the validation: a run
+    killed at step 10 resumes from step 9 bit-identically and knows the same best checkpoint."""
+    per_epoch = [o for o in RUN if not o.startswith(("trainer.val_check_interval", "checkpoint_every_n_steps"))]
+    per_epoch.append("checkpoint_every_n_steps=8")
+    full = train_py(tmp_path, "run_name=full", run=per_epoch)
+    assert full.returncode == 0, full.stderr[-2000:]
+    kill = ["+callbacks.stop._target_=interrupt.InterruptAtStep", "+callbacks.stop.step=10"]
+    first = train_py(tmp_path, "run_name=cut", *kill, "+callbacks.stop.signal_name=SIGKILL", run=per_epoch)
+    assert first.returncode == -9, first.stderr[-2000:]
+    last = tmp_path / "logs" / "cut" / "version_0" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 9
+    assert best_checkpoint_state(last)[0] == "best-epoch0-step8.ckpt"
+    second = train_py(tmp_path, "run_name=cut", "resume=true", run=per_epoch)
+    assert second.returncode == 0, second.stderr[-2000:]
+    (_, full_weights), (step, resumed_weights) = final_state(tmp_path, "full"), final_state(tmp_path, "cut")
+    assert step == 12 and all(torch.equal(full_weights[k], resumed_weights[k]) for k in full_weights)
+    full_last = tmp_path / "logs" / "full" / "version_0" / "checkpoints" / "last.ckpt"
+    assert best_checkpoint_state(last) == best_checkpoint_state(full_last)
 
 
 @pytest.mark.slow
@@ -292,6 +322,7 @@ def test_periodic_last_checkpoint_is_saved_once_per_optimizer_step(make_config, 
             ]
         )
     )
-    # periodic saves after steps 2, 4 and 6 (once each, though the hook ran on two micro-batches
-    # at each of those steps), then the end-of-training save
-    assert saves == [2, 4, 6, 6]
+    # periodic saves after steps 2, 5 and 6 (once each, though the hook ran on two micro-batches
+    # at each step; the one due at step 4, the last of the first epoch, after step 5), then the
+    # end-of-training save
+    assert saves == [2, 5, 6, 6]

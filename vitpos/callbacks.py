@@ -100,8 +100,9 @@ def batch_size(batch) -> int:
 
 
 class LastCheckpoint(L.Callback):
-    """The one writer of `<run>/checkpoints/<filename>`: every `every_n_steps` optimizer steps, at
-    the end of training, and on SIGTERM (pre-emption, `scancel`, a container stop): the signal only
+    """The one writer of `<run>/checkpoints/<filename>`: every `every_n_steps` optimizer steps (one
+    step later when that step ends an epoch, so that its validation is in the checkpoint), at the
+    end of training, and on SIGTERM (pre-emption, `scancel`, a container stop): the signal only
     marks the request, and at the end of the optimizer step every rank learns whether any rank got
     it and all stop together (`SIGTERMException`), after this saves, so `resume=true` loses no step.
     (The best-by-val checkpoints are Lightning's `ModelCheckpoint`.)"""
@@ -116,12 +117,13 @@ class LastCheckpoint(L.Callback):
         self.every_n_steps, self.filename = every_n_steps, filename
         self.path: Path | None = None  # known once the trainer has its run folder
         self.stop_requested = False
-        self._saved_step = None
+        self._saved_step = 0  # the step of the last periodic save (or of the start)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.path = Path(trainer.log_dir) / "checkpoints" / self.filename  # rank 0's folder, on every rank
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._saved_step = trainer.global_step  # 0, or the step a resumed run starts from
         # In place of Lightning's SIGTERM handler, which enters a collective inside the handler: with
         # every DDP rank signalled at once (a scheduler signals the whole job) the ranks' collectives
         # then mismatch and the job crashes instead of saving. Lightning restores the handlers after fit.
@@ -133,13 +135,16 @@ class LastCheckpoint(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
         # once per optimizer step: with gradient accumulation this hook also runs on micro-batches
-        # between steps, where a save would record a half-accumulated state
-        if (batch_idx + 1) % trainer.accumulate_grad_batches:
+        # between steps, where a save would record a half-accumulated state (an epoch's last batch
+        # always ends a step)
+        if (batch_idx + 1) % trainer.accumulate_grad_batches and not trainer.is_last_batch:
             return
         if trainer.strategy.reduce_boolean_decision(self.stop_requested, all=False):  # any rank, on every rank
             raise SIGTERMException
+        # A save due at an epoch's last step waits for the next step: Lightning resumes from an
+        # epoch's last step without that epoch's validation, whose best checkpoint would stay unknown.
         step = trainer.global_step
-        if step % self.every_n_steps == 0 and step != self._saved_step:
+        if step // self.every_n_steps > self._saved_step // self.every_n_steps and not trainer.is_last_batch:
             trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
             self._saved_step = step
 
