@@ -20,6 +20,7 @@ from vitpos.compare import (
     best_conversions_table,
     compare,
     epoch_curves,
+    epochs_table,
     extrapolation_curves,
     extrapolation_figure,
     extrapolation_table,
@@ -105,6 +106,24 @@ def test_epoch_curves_average_seeds_epoch_by_epoch_over_the_epochs_all_runs_have
     assert a["epochs"] == [1, 2] and a["means"] == pytest.approx([0.4, 0.8])
     assert a["stds"] == pytest.approx([0.1414, 0.1414], abs=1e-4)
     assert curves["b, trained at 28px (n=1)"]["stds"] == [0.0, 0.0]
+
+
+def test_epochs_table_ranks_groups_of_one_schedule_length_epoch_by_epoch():
+    rows = [
+        run_row("fast", 0, 0.7, val_acc_by_epoch="0.6000 0.6200 0.7000"),
+        run_row("slow", 0, 0.8, val_acc_by_epoch="0.4000 0.6000 0.8000"),
+        run_row("slow", 1, 0.8, val_acc_by_epoch="0.5000 0.7000 0.8000"),
+        run_row("long", 0, 0.9, val_acc_by_epoch="0.1000 0.2000 0.3000 0.9000"),  # ranked apart: 4 epochs
+    ]
+    tables = epochs_table(epoch_curves(rows)).split("\n\n4 epochs")
+    three = tables[0].splitlines()
+    assert three[0].startswith("3 epochs:") and three[2] == "| group | 1 | 2 | 3 |"
+    # the curves cross after epoch 1: fast leads first, slow after
+    assert three[4] == "| slow, trained at 28px (n=2) | 45.0 (2) | 65.0 (1) | 80.0 (1) |"
+    assert three[5] == "| fast, trained at 28px (n=1) | 60.0 (1) | 62.0 (2) | 70.0 (2) |"
+    assert (
+        len(three) == 6 and "| long, trained at 28px (n=1) | 10.0 (1) | 20.0 (1) | 30.0 (1) | 90.0 (1) |" in tables[1]
+    )
 
 
 def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
@@ -290,6 +309,7 @@ def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
     assert (tmp_path / "out" / "compare.png").stat().st_size > 0
     assert not (tmp_path / "out" / "transfer.png").exists()  # no run was evaluated at other sizes
     assert (tmp_path / "out" / "epochs.png").stat().st_size > 0  # two validations per run: a curve each
+    assert (tmp_path / "out" / "epochs.md").read_text().startswith("2 epochs: validation accuracy")
     assert none["val_acc_best_mean"] == pytest.approx(
         statistics.fmean(
             max(float(v) for v in run["val_acc_by_epoch"].split())

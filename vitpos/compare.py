@@ -11,16 +11,17 @@ accuracies that `vitpos.evaluate` logged into the run (`test_acc@42px`, `test_ac
 `test_acc@42px/interpolate_1000img` for an evaluation of a subset, ...); the table names lr and the
 recipe words that tell its rows apart when they differ. Writes to `out`: `compare.md` (the table),
 `compare.csv` (mean and std columns), `runs.csv` (one row per run), `compare.png` (accuracy per
-group, error bars of one std), `epochs.png` (validation accuracy per epoch, one line per group) when
-runs validated more than once, `transfer.png` (accuracy against evaluation size, one panel per
-scheme, one line per training setting and resize mode) when runs were evaluated at two or more
-sizes, and, for evaluations that asked for an attention temperature (`resize_mode=all`,
-each `scripts/study.sh` run's extrapolation step), `extrapolation.md` (every conversion at every size, the best per
-scheme and size in bold; then each scheme's best conversion per size as a share of its 1x accuracy)
-and `extrapolation.png` (one panel per scheme, one line per conversion, fuzzy-trained twins in the
-same panel) instead of table columns. `ranking.md` ranks the groups trained at one size and not
-fine-tuned (written when there are some) by test accuracy, each with its gap to the next and whether
-the two are separated (their one-std bars do not overlap: gap > std + std); with `reference=` (a CSV of
+group, error bars of one std), `epochs.png` (validation accuracy per epoch, one line per group) and
+`epochs.md` (the same means, each with the group's rank at that epoch) when runs validated more than
+once, `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
+setting and resize mode) when runs were evaluated at two or more sizes, and, for evaluations that
+asked for an attention temperature (`resize_mode=all`, each `scripts/study.sh` run's extrapolation
+step), `extrapolation.md` (every conversion at every size, the best per scheme and size in bold;
+then each scheme's best conversion per size as a share of its 1x accuracy) and `extrapolation.png`
+(one panel per scheme, one line per conversion, fuzzy-trained twins in the same panel) instead of
+table columns. `ranking.md` ranks the groups trained at one size and not fine-tuned (written when
+there are some) by test accuracy, each with its gap to the next and whether the two are separated
+(their one-std bars do not overlap: gap > std + std); with `reference=` (a CSV of
 `pos,name,data,test_acc,source`, e.g. a published ablation, accuracies in percent) it joins each
 scheme's published accuracy and rank beside ours, for runs of that data set. A run counts once it
 has finished (`results.json`).
@@ -302,7 +303,8 @@ def compare(
     by_epoch = epoch_curves(runs)
     if by_epoch:
         _epoch_chart(by_epoch, out / "epochs.png")
-        written.append(out / "epochs.png")
+        (out / "epochs.md").write_text(epochs_table(by_epoch))
+        written += [out / "epochs.png", out / "epochs.md"]
     print(table + "\nwrote " + ", ".join(map(str, written)))
     return rows
 
@@ -807,6 +809,30 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
     )
     figure.tight_layout(rect=(0, 0, 1, 1 - 0.75 / height))
     return figure
+
+
+def epochs_table(curves: list[dict]) -> str:
+    """Markdown of `epoch_curves`: validation accuracy (%) per epoch, the mean over seeds, and in
+    brackets the group's rank at that epoch among the groups with as many epochs (one table per
+    number of epochs, since a schedule's length shapes its curve): where ranks change, curves cross."""
+    sections = []
+    for length in sorted({len(c["epochs"]) for c in curves}):
+        same = [c for c in curves if len(c["epochs"]) == length]
+        ranks = [[0] * length for _ in same]
+        for epoch in range(length):
+            for rank, index in enumerate(sorted(range(len(same)), key=lambda i: -same[i]["means"][epoch]), 1):
+                ranks[index][epoch] = rank
+        lines = [
+            f"{length} epochs: validation accuracy (%) after each epoch, mean over seeds (rank at that epoch)",
+            "",
+            "| group | " + " | ".join(str(e) for e in range(1, length + 1)) + " |",
+            "|---|" + "---:|" * length,
+        ]
+        for curve, rank in zip(same, ranks):
+            cells = [f"{100 * m:.1f} ({r})" for m, r in zip(curve["means"], rank)]
+            lines.append(f"| {curve['label']} | " + " | ".join(cells) + " |")
+        sections.append("\n".join(lines) + "\n")
+    return "\n".join(sections)
 
 
 def _epoch_chart(curves: list[dict], path: Path) -> None:
