@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import vitpos
 from vitpos import DataNotFoundError
 from vitpos.data import (
     CIFAR10_ARCHIVE,
@@ -145,6 +146,19 @@ def test_random_crop_flip_is_a_shift_or_mirror_per_sample():
         assert found
     assert not torch.equal(out, images)  # the draw differs between samples
     assert torch.equal(random_crop_flip(images, padding=0, hflip=False), images)
+    assert out.is_contiguous()  # the default layout, as every other batch has
+
+
+@pytest.mark.parametrize("pos", vitpos.list_pos())
+def test_an_augmented_batchs_gradients_have_their_parameters_layout(pos):
+    """DDP copies each gradient into a bucket laid out like its parameter; a gradient in another
+    layout (cpe's convolution after a channels-last batch) costs a strided copy and a warning."""
+    torch.manual_seed(0)
+    model = vitpos.create_model(pos=pos, img_size=16, patch_size=4, dim=32, depth=2, num_heads=2, num_classes=4)
+    model(random_crop_flip(torch.rand(4, 3, 16, 16), padding=2, hflip=True)).sum().backward()
+    assert {n: p.grad.stride() for n, p in model.named_parameters() if p.grad is not None} == {
+        n: p.stride() for n, p in model.named_parameters() if p.grad is not None
+    }
 
 
 def test_preprocess_resizes_to_img_size():

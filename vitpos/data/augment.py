@@ -24,7 +24,9 @@ def sample_transform(augment: str):
 def random_crop_flip(images: Tensor, padding: int, hflip: bool) -> Tensor:
     """Batched random crop with zero padding and random horizontal flip, one draw per sample.
 
-    images: (B, C, H, W) float. Uses the global torch RNG of the images' device.
+    images: (B, C, H, W) float, returned contiguous (the crop's indexing leaves them channels-last,
+    which gives cpe's convolution gradients another layout than its weights: DDP warns and copies).
+    Uses the global torch RNG of the images' device.
     """
     batch, _, height, width = images.shape
     if padding > 0:
@@ -35,7 +37,8 @@ def random_crop_flip(images: Tensor, padding: int, hflip: bool) -> Tensor:
         cols = dx[:, None] + torch.arange(width, device=images.device)  # (B, W)
         batch_index = torch.arange(batch, device=images.device)[:, None, None]
         # advanced indexing on dims 0, 2, 3 -> (B, H, W, C)
-        images = padded.permute(0, 2, 3, 1)[batch_index, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+        images = padded.permute(0, 2, 3, 1)[batch_index, rows[:, :, None], cols[:, None, :]]
+        images = images.permute(0, 3, 1, 2).contiguous()  # (B, C, H, W)
     if hflip:
         flip = torch.rand(batch, device=images.device) < 0.5
         images = torch.where(flip[:, None, None, None], images.flip(-1), images)
