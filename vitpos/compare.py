@@ -761,7 +761,7 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
     per_subset = len(subsets) > 1  # the colours name each curve's subset; otherwise the title names it
 
     def conversion(curve: dict) -> tuple:  # what a colour stands for
-        return curve["mode"], curve["images"] or 0 if per_subset else 0
+        return curve["mode"], (curve["images"] or 0) if per_subset else 0
 
     columns = min(4, len(curves))
     rows = -(-len(curves) // columns)
