@@ -1,7 +1,6 @@
 """With a position signal the arrangement task is learned, far above the chance level `none`
-stays at (tests/test_learning_without_position.py; see learning_budget): one scheme for each way
-a position enters the model that learns the task within the budget (added, a logits bias, a
-rotation)."""
+stays at (tests/test_learning_without_position.py; see learning_budget): a scheme for three of
+the four ways a position enters the model (added to the tokens, a logits bias, a rotation)."""
 
 from __future__ import annotations
 
