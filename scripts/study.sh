@@ -3,8 +3,8 @@
 # the repository root:
 #   bash scripts/study.sh runs     # SCHEMES x SEEDS, the study's recipe
 #   bash scripts/study.sh fuzzy    # FUZZY_SCHEMES x SEEDS trained with fuzzy positions (pos.fuzzy=true)
-#   bash scripts/study.sh mixed    # MIXED_SCHEMES x SEEDS trained at each list of MIXED_SIZES (one size per
-#                                  # step, tokens per step capped at a 1x step's)
+#   bash scripts/study.sh mixed    # MIXED_SCHEMES x MIXED_SEEDS trained at each list of MIXED_SIZES (one size
+#                                  # per step, tokens per step capped at a 1x step's)
 #   bash scripts/study.sh long     # cifar10: LONG_SCHEMES x LONG_SEEDS on the longer LONG_EXPERIMENT (whether
 #                                  # the ranking moves with the training budget; test accuracy only)
 #   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare; cifar10:
@@ -42,6 +42,8 @@ case $DATASET in
     EXTRAP_SIZES=${EXTRAP_SIZES-"[32,48,64,96]"}    # 1x, 1.5x, 2x, 3x (24x24)
     MIXED_SCHEMES=${MIXED_SCHEMES:-2d_sin,rope_mixed,1d_learned}
     MIXED_SIZES=${MIXED_SIZES:-"[32,48,64]"}    # 1x..2x; the training-free methods' 1x..3x is the comparison
+    # seed 0 only: each twin is read against the seed spread of the training-free conversions (docs/RESULTS.md)
+    MIXED_SEEDS=${MIXED_SEEDS:-0}
     MIXED_EVAL=""                   # the mixed runs and their twins: by the extrapolation step
     TWIN_EVAL=""
     LOGS=${LOGS:-$HOME/vitpos-study}
@@ -67,6 +69,7 @@ case $DATASET in
   *) echo "error: DATASET=$DATASET is not a study; use DATASET=cifar10 or DATASET=fmnist" >&2; exit 2 ;;
 esac
 SEEDS=${SEEDS:-0,1,2}
+MIXED_SEEDS=${MIXED_SEEDS:-$SEEDS}    # those of SEEDS the mixed-resolution twins train (cifar10: seed 0)
 LONG_SEEDS=${LONG_SEEDS:-0}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
@@ -198,7 +201,10 @@ long() { local seed pos; for seed in ${LONG_SEEDS//,/ }; do for pos in ${LONG_SC
 mixed() {
   local sizes seed pos
   for sizes in "${MIXED_LISTS[@]}"; do
-    for seed in ${SEEDS//,/ }; do for pos in ${MIXED_SCHEMES//,/ }; do study_run mixed "$pos" "$seed" "$sizes"; done; done
+    for seed in ${SEEDS//,/ }; do
+      listed "$seed" "$MIXED_SEEDS" || continue
+      for pos in ${MIXED_SCHEMES//,/ }; do study_run mixed "$pos" "$seed" "$sizes"; done
+    done
   done
 }
 

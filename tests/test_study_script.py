@@ -147,6 +147,12 @@ def test_fuzzy_and_mixed_twins_are_trained_extrapolated_and_archived(tmp_path):
     ]
 
 
+def test_mixed_twins_train_the_seeds_of_mixed_seeds_only(tmp_path):
+    env = fake_env(tmp_path, SEEDS="0,1,2", MIXED_SEEDS="1,2", MIXED_SCHEMES="cpe")
+    calls = study(tmp_path, env, "mixed")
+    assert [c.split(" seed=")[1].split()[0] for c in calls if c.startswith("train.py")] == ["1", "2"]
+
+
 def test_study_refuses_an_unknown_dataset_or_step(tmp_path):
     for settings, step, message in (
         (dict(DATASET="mnist"), "runs", "error: DATASET=mnist is not a study"),
@@ -224,15 +230,14 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
         ("trained", study_run("2d_sin", "", 0)),
         ("interrupted", study_run("cpe", "", 0)),
         ("to do", study_run("2d_sin_fuzzy", "", 0)),
-        ("to do", study_run("cpe", "_train32-48-64px", 0)),
+        ("to do", study_run("cpe", "_train32-48-64px", 0)),  # cifar10's mixed twins: seed 0 (MIXED_SEEDS)
         *[("to do", study_run(pos, "", 1)) for pos in ("none", "2d_sin", "cpe")],
         ("to do", study_run("2d_sin_fuzzy", "", 1)),
-        ("to do", study_run("cpe", "_train32-48-64px", 1)),
         ("to do", "cifar10_cpu/none_cifar10_32px_seed0"),
     ]
     assert lines[2].endswith(f"(resumes from its last.ckpt in {tmp_path}/logs)")
     logs = f"{tmp_path}/results/study_logs and {tmp_path}/logs"
-    assert total == f"11 runs in {logs}: 1 done, 1 trained, 1 interrupted, 8 to do"
+    assert total == f"10 runs in {logs}: 1 done, 1 trained, 1 interrupted, 7 to do"
     with open(tmp_path / "logs" / ".study.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study.sh holds it
         result = subprocess.run(
