@@ -523,6 +523,7 @@ def test_ranking_orders_by_test_accuracy_separates_by_seed_spread_and_joins_the_
             *(run_row("cpe", seed, acc) for seed, acc in enumerate((0.81, 0.81, 0.81))),  # 81.0 +- 0
             *(run_row("2d_sin", seed, acc) for seed, acc in enumerate((0.70, 0.72, 0.74))),  # 72.0 +- 2.0
             run_row("rel_bias", 0, 0.60),  # one seed: no spread
+            dict(run_row("cpe", 0, 0.82), pos="cpe+fuzzy"),  # a fuzzy twin: ranked apart, never between none and cpe
             dict(run_row("cpb", 0, 0.99), train_sizes="20-28px"),  # mixed-resolution twin: not ranked
             dict(run_row("alibi_2d", 0, 0.99), finetuned_from="28px"),  # fine-tuned: not ranked
             dict(run_row("rel_bias", 0, 0.5), data="other"),  # another data set: its own ranking, no published row
@@ -537,13 +538,14 @@ def test_ranking_orders_by_test_accuracy_separates_by_seed_spread_and_joins_the_
         ],
     )
     lines = ranking_table(rows, read_reference(tmp_path / "ref.csv")).splitlines()
-    body = table_cells(lines[2:7])
-    assert [r[1] for r in body] == ["d", "d", "d", "d", "other"]
+    body = table_cells(lines[2:8])
+    assert [r[1] for r in body] == ["d", "d", "d", "d", "d", "other"]
     assert [r[4:7] for r in body] == [
         ["1", "none", "3"],
         ["2", "cpe", "3"],
         ["3", "2d_sin", "3"],
         ["4", "rel_bias", "1"],
+        ["1", "cpe+fuzzy", "1"],  # the twins' own ranking
         ["1", "rel_bias", "1"],  # the other data set's ranking
     ]
     # none - cpe = 2.00 < 2.65 + 0: not separated; cpe - 2d_sin = 9.00 > 0 + 2.00: separated; rel_bias has no spread
@@ -555,8 +557,9 @@ def test_ranking_orders_by_test_accuracy_separates_by_seed_spread_and_joins_the_
         ["90.6 (C)", "2 / 1", "-18.60"],
         ["-", "-", "-"],
         ["-", "-", "-"],
+        ["-", "-", "-"],
     ]
-    assert len(lines) == 2 + 5 + 4 and "Published: Y; paper X" in lines[-1]  # cpb, alibi_2d not ranked; the legend
+    assert len(lines) == 2 + 6 + 4 and "Published: Y; paper X" in lines[-1]  # cpb, alibi_2d not ranked; the legend
     assert "published" not in ranking_table(rows, {}).splitlines()[0]  # no reference: our columns only
     assert ranking_table([r for r in rows if r["pos"] in ("cpb", "alibi_2d")], {}) == ""  # nothing to rank
 

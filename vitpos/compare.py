@@ -355,22 +355,23 @@ def read_reference(path: str | Path) -> dict[str, dict]:
 
 def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
     """The groups trained at one size and not fine-tuned, ranked by mean test accuracy within each
-    experiment, data set and size: gap to the next, whether the two are separated (gap > the sum of
-    their stds; "n=1" when either lacks a spread), and, for schemes in `published` on the same data
-    set, the published accuracy and both rankings of the schemes in both tables. Ends with a legend;
-    "" when no group qualifies."""
+    experiment, data set and size (fuzzy-trained twins in a block of their own): gap to the next,
+    whether the two are separated (gap > the sum of their stds; "n=1" when either lacks a spread),
+    and, for schemes in `published` on the same data set, the published accuracy and both rankings
+    of the schemes in both tables. Ends with a legend; "" when no group qualifies."""
     ranked = [r for r in rows if r["train_sizes"] == "-" and r["finetuned_from"] in ("", "-") and r["test_acc_mean"]]
     if not ranked:
         return ""
     blocks: dict[tuple, list[dict]] = {}
-    for row in ranked:
-        blocks.setdefault((row["experiment"], row["data"], str(row["img_size"])), []).append(row)
+    for row in ranked:  # fuzzy-trained twins rank among themselves: a gap compares one way of training
+        key = (row["experiment"], row["data"], str(row["img_size"]), row["pos"].endswith(FUZZY_SUFFIX))
+        blocks.setdefault(key, []).append(row)
     header = ["experiment", "data", "img_size", "budget", "rank", "pos", "n", "test %", "best val %"]
     header += ["gap to next (points)", "separated from next"]
     if published:
         header += ["published %", "rank among both: ours / published", "ours - published (points)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (experiment, data, size), block in blocks.items():
+    for (experiment, data, size, _), block in blocks.items():
         block = sorted(block, key=lambda r: -r["test_acc_mean"])
         # the schemes in both tables, in our order and in the published one
         accuracy = {
@@ -404,7 +405,8 @@ def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
     legend = [
         "",
-        "Ranked within each experiment, data set and image size. test: the test accuracy of each run's "
+        "Ranked within each experiment, data set and image size, fuzzy-trained twins (`+fuzzy`) apart from "
+        "the rest. test: the test accuracy of each run's "
         "best-validation checkpoint, mean ± std over seeds (n); best val: the best validation accuracy over "
         "the epochs. Separated: the gap to the next row exceeds the sum of the two rows' stds (their "
         "one-std bars do not overlap); n=1: a row has one seed, so no spread to compare.",
