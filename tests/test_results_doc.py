@@ -84,14 +84,22 @@ def test_the_2x_mode_table_quotes_the_generated_grid():
             assert cell == expected, (scheme, trained, mode)
 
 
+def generated_rows(path: Path, keep) -> dict[str, dict[str, str]]:
+    """A generated markdown table -> pos -> its row (column -> cell), for the rows `keep(row)` holds."""
+    text = path.read_text()
+    columns = [c.strip() for c in text.splitlines()[0].strip().strip("|").split(" | ")]
+    rows = [dict(zip(columns, cells)) for cells in table_after(text, "")]
+    return {row["pos"]: row for row in rows if keep(row)}
+
+
 def test_the_headline_table_quotes_the_generated_comparison():
-    comparison = (STUDY / "compare.md").read_text()
-    columns = [c.strip() for c in comparison.splitlines()[0].strip().strip("|").split(" | ")]
-    plain = {}
-    for cells in table_after(comparison, ""):
-        row = dict(zip(columns, cells))
-        if row["experiment"] == "cifar10_study" and row["train_sizes"] == "-" and "+" not in row["pos"]:
-            plain[row["pos"]] = row
+    study = "cifar10_study"
+    plain = generated_rows(
+        STUDY / "compare.md",
+        lambda row: row["experiment"] == study and row["train_sizes"] == "-" and "+" not in row["pos"],
+    )
+    ranked = generated_rows(STUDY / "ranking.md", lambda row: row["experiment"] == study)
+    finetuned = generated_rows(STUDY.parent / "cifar10_finetune" / "compare.md", lambda row: True)
 
     def transfer(row: dict, size: int) -> str:
         interpolated = row[f"test_acc@{size}px/interpolate"]
@@ -99,7 +107,17 @@ def test_the_headline_table_quotes_the_generated_comparison():
 
     quoted = table_after(RESULTS, "Mean ± std over the three seeds:")
     assert [cells[0] for cells in quoted] == sorted(plain, key=lambda pos: -float(plain[pos]["test_acc"].split()[0]))
-    for scheme, n, test, best_val, _gap, at_48, at_64, _finetuned in quoted:
-        row = plain[scheme]
-        generated = [row["n"], row["test_acc"], row["val_acc_best"], transfer(row, 48), transfer(row, 64)]
-        assert [n, test, best_val, at_48, at_64] == generated, scheme
+    for scheme, n, test, best_val, gap, at_48, at_64, after_finetune in quoted:
+        row, rank = plain[scheme], ranked[scheme]
+        generated = [
+            row["n"],
+            row["test_acc"],
+            row["val_acc_best"],
+            "-"
+            if rank["gap to next (points)"] == "-"
+            else f"{rank['gap to next (points)']} ({rank['separated from next']})",
+            transfer(row, 48),
+            transfer(row, 64),
+            finetuned[scheme]["test_acc"] if scheme in finetuned else "-",
+        ]
+        assert [n, test, best_val, gap, at_48, at_64, after_finetune] == generated, scheme
