@@ -15,10 +15,12 @@ STUDY = ROOT / "docs" / "results" / "cifar10_study"
 EXTRAPOLATION = (STUDY / "extrapolation.md").read_text()
 FULL_GRID, BEST_GRID = EXTRAPOLATION.split("The best conversion at each size:")
 SIZES = ("48px", "64px", "96px")
+IMAGES = " (2000 images)"  # how the generated tables name the evaluation subset after a conversion
 
 
-def table_after(text: str, phrase: str) -> list[list[str]]:
-    """The body rows (cells stripped of `**` and backticks) of the first markdown table after `phrase`."""
+def table_after(text: str, phrase: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the body rows (cells stripped of `**` and backticks) of the first markdown
+    table after `phrase`."""
     assert phrase in text, f"no {phrase!r} in the document"
     rows, started = [], False
     for line in text[text.index(phrase) + len(phrase) :].splitlines():
@@ -28,12 +30,13 @@ def table_after(text: str, phrase: str) -> list[list[str]]:
                 rows.append([c.strip().replace("**", "").strip("`") for c in line.strip().strip("|").split(" | ")])
         elif started:
             break
-    return rows[1:]  # the header row goes
+    header, *body = rows
+    return header, body
 
 
 def short_method(generated: str) -> str:
     """'yarn + log temperature (2000 images)' -> 'yarn + log T', the way RESULTS names a conversion."""
-    return generated.replace(" (2000 images)", "").replace(" + log temperature", " + log T").replace("its rule", "rule")
+    return generated.replace(IMAGES, "").replace(" + log temperature", " + log T").replace("its rule", "rule")
 
 
 def trained_as_generated(trained: str) -> str:
@@ -44,7 +47,7 @@ def trained_as_generated(trained: str) -> str:
 def best_conversions() -> dict[tuple[str, str], dict[str, str]]:
     """(scheme, trained) -> '1x' and each size -> 'acc[ ± std] (share%, method)' as RESULTS writes it."""
     best = {}
-    for scheme, trained, one, *cells in table_after(BEST_GRID, ""):
+    for scheme, trained, one, *cells in table_after(BEST_GRID, "")[1]:
         row = {"1x": one.split(" (")[0]}
         for size, cell in zip(SIZES, cells):
             figure, share, method = re.match(r"(.*?) \((\d+%)\) (.*?), \+[\d.]+ over ", cell).groups()
@@ -59,7 +62,7 @@ MODES_PHRASE = "At 2x, each of the four resize modes"
 
 def test_the_best_conversion_table_quotes_the_generated_one():
     best = best_conversions()
-    quoted = table_after(RESULTS, BEST_PHRASE)
+    quoted = table_after(RESULTS, BEST_PHRASE)[1]
     assert {(scheme, trained_as_generated(trained)) for scheme, trained, *_ in quoted} == set(best)
     none_at_2x = float(best["none", "exact"]["64px"].split()[0])
     for scheme, trained, one, *cells, above_none in quoted:
@@ -71,10 +74,10 @@ def test_the_best_conversion_table_quotes_the_generated_one():
 
 def test_the_2x_mode_table_quotes_the_generated_grid():
     grid = {  # a grid row: scheme | trained | conversion | n | 32px | 48px | 64px | 96px
-        (scheme, trained, conversion.replace(" (2000 images)", "")): at_64
-        for scheme, trained, conversion, _n, _at_32, _at_48, at_64, _at_96 in table_after(FULL_GRID, "")
+        (scheme, trained, conversion.replace(IMAGES, "")): at_64
+        for scheme, trained, conversion, _n, _at_32, _at_48, at_64, _at_96 in table_after(FULL_GRID, "")[1]
     }
-    quoted = table_after(RESULTS, MODES_PHRASE)
+    quoted = table_after(RESULTS, MODES_PHRASE)[1]
     four_mode = {(s, t) for s, t, c in grid if c == "ntk"}
     assert {(scheme, trained_as_generated(trained)) for scheme, trained, *_ in quoted} == four_mode
     for scheme, trained, *cells in quoted:
@@ -86,9 +89,8 @@ def test_the_2x_mode_table_quotes_the_generated_grid():
 
 def generated_rows(path: Path, keep) -> dict[str, dict[str, str]]:
     """A generated markdown table -> pos -> its row (column -> cell), for the rows `keep(row)` holds."""
-    text = path.read_text()
-    columns = [c.strip() for c in text.splitlines()[0].strip().strip("|").split(" | ")]
-    rows = [dict(zip(columns, cells)) for cells in table_after(text, "")]
+    columns, body = table_after(path.read_text(), "")
+    rows = [dict(zip(columns, cells)) for cells in body]
     return {row["pos"]: row for row in rows if keep(row)}
 
 
@@ -105,7 +107,7 @@ def test_the_headline_table_quotes_the_generated_comparison():
         interpolated = row[f"test_acc@{size}px/interpolate"]
         return row[f"test_acc@{size}px"] + ("" if interpolated == "-" else f" / {interpolated}")
 
-    quoted = table_after(RESULTS, "Mean ± std over the three seeds:")
+    quoted = table_after(RESULTS, "Mean ± std over the three seeds:")[1]
     assert [cells[0] for cells in quoted] == sorted(plain, key=lambda pos: -float(plain[pos]["test_acc"].split()[0]))
     for scheme, n, test, best_val, gap, at_48, at_64, after_finetune in quoted:
         row, rank = plain[scheme], ranked[scheme]
