@@ -7,9 +7,13 @@
 #                                  # per step, tokens per step capped at a 1x step's)
 #   bash scripts/study.sh long     # cifar10: LONG_SCHEMES x LONG_SEEDS on the longer LONG_EXPERIMENT (whether
 #                                  # the ranking moves with the training budget; test accuracy only)
+#   bash scripts/study.sh published  # cifar10: PUBLISHED_SCHEMES x PUBLISHED_SEEDS on the published ablation's own
+#                                  # recipe, 200 epochs (experiment=cifar10_schh; test accuracy only)
+#   bash scripts/study.sh park     # each interrupted run in LOGS (last.ckpt, no results.json) copied to PARKED,
+#                                  # checkpoints included, so a run of many hours continues on another machine
 #   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare; cifar10:
 #                                  # ranking.md sets the study beside the published ablation in RESULTS/published/)
-#   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then long, then tables
+#   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then long, published, then tables
 #   bash scripts/study.sh status   # each run of `all`, in its order: done, trained, interrupted or to do (reads only)
 # Each run goes through every step that needs its checkpoint, one after the other:
 #   train -> evaluate at SIZES with no fine-tune (both modes where a scheme has two; runs, fuzzy)
@@ -23,6 +27,9 @@
 # LOGS (an interrupted one resumes from its last.ckpt, a missing evaluation is run) or, where its
 # checkpoint is gone, trained again. So the study can stop at any point and continue on another day
 # or machine from a checkout that holds the archive, or be spread over machines with SEEDS= or SCHEMES=.
+# A run too long for one sitting is parked: stop the study (SIGTERM: the run saves last.ckpt), then
+# `park` and commit PARKED (default docs/results/study_parked); a run missing from LOGS continues from
+# its parked copy, which its archive replaces once it is done.
 # DATASET picks the study:
 #   cifar10 (default)  experiment=cifar10_study at 32 px, evaluated at 32/48/64 px, fine-tuned at 64 px;
 #                      reads CIFAR-10 from CIFAR10_ROOT (data.root: an archive, folder or image tree of it)
@@ -50,6 +57,8 @@ case $DATASET in
     PUBLISHED=published/cifar10_small_vit_ablation.csv    # in RESULTS: the ablation the study is read beside
     LONG_EXPERIMENT=cifar10_cpu    # 35 epochs instead of 15, for three of the published ablation's schemes
     LONG_SCHEMES=${LONG_SCHEMES-none,1d_learned,rel_shaw}
+    PUBLISHED_EXPERIMENT=cifar10_schh    # the published ablation's recipe: 200 epochs, RandAugment, test every epoch
+    PUBLISHED_SCHEMES=${PUBLISHED_SCHEMES-none,1d_learned,2d_sin,rel_shaw,rope_axial}
     DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
   fmnist)
     SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
@@ -65,18 +74,22 @@ case $DATASET in
     PUBLISHED=
     LONG_EXPERIMENT=
     LONG_SCHEMES=${LONG_SCHEMES-}
+    PUBLISHED_EXPERIMENT=
+    PUBLISHED_SCHEMES=
     DATA_ARGS= ;;
   *) echo "error: DATASET=$DATASET is not a study; use DATASET=cifar10 or DATASET=fmnist" >&2; exit 2 ;;
 esac
 SEEDS=${SEEDS:-0,1,2}
 MIXED_SEEDS=${MIXED_SEEDS:-$SEEDS}    # those of SEEDS the mixed-resolution twins train (cifar10: seed 0)
 LONG_SEEDS=${LONG_SEEDS:-0}
+PUBLISHED_SEEDS=${PUBLISHED_SEEDS:-0}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
 EXTRAP_LIMIT=${EXTRAP_LIMIT:-2000}  # 3x costs ~9x the tokens of 1x per image: a fixed random fifth of the test split
 STATUS=""    # set by the status step: each run reports its state instead of running
 RESULTS=${RESULTS:-docs/results}
 ARCHIVE=${ARCHIVE:-$RESULTS/study_logs}
+PARKED=${PARKED:-$RESULTS/study_parked}
 read -ra MIXED_LISTS <<< "$MIXED_SIZES"    # split on spaces without globbing the brackets
 TWO_MODES=" 1d_sin 2d_sin rope_axial rope_mixed "   # schemes with an extrapolate/interpolate choice
 QUIET="trainer.enable_progress_bar=false callbacks.figures=null"
@@ -98,8 +111,8 @@ listed() { [[ ,$2, == *",$1,"* ]]; }    # item, comma-separated list
 
 # the evaluations a finished run of this kind and scheme gets, one a line: <output folder> <sizes> [resize_mode];
 # each leaves <version>/<output folder>/resolution.csv (and its accuracies in the run's TensorBoard)
-evaluations() {  # kind (runs, fuzzy, mixed, long), scheme
-  [ "$1" != long ] || return 0    # test accuracy at the training size only
+evaluations() {  # kind (runs, fuzzy, mixed, long, published), scheme
+  [ "$1" != long ] && [ "$1" != published ] || return 0    # test accuracy at the training size only
   if [ "$1" = mixed ]; then
     [ -z "$MIXED_EVAL" ] || echo "mixed_eval_default $MIXED_EVAL"
   else
@@ -124,7 +137,27 @@ archive() {  # run (relative to LOGS): its best version's light files replace it
   rm -rf "${ARCHIVE:?}/$1" && mkdir -p "$ARCHIVE"
   (cd "$LOGS" && find "$1/$(basename "$version")" -path '*/checkpoints' -prune -o -type f -print |
      grep -v -e '\.ckpt$' -e '\.png$' | tar -cf - -T -) | tar -xf - -C "$ARCHIVE"
+  rm -rf "${PARKED:?}/$1"    # done: its parked copy is no longer needed
   say "archived $1 to $ARCHIVE"
+}
+
+unpark() {  # run (relative to LOGS and PARKED): a parked run that LOGS does not hold is copied back to continue there
+  [ -d "$PARKED/$1" ] && [ -z "$(latest "$LOGS/$1")" ] || return 0
+  mkdir -p "$LOGS/$1" && cp -r "$PARKED/$1"/version_* "$LOGS/$1"/
+  say "unparked $1 from $PARKED"
+}
+
+park() {  # each interrupted run in LOGS, checkpoints and light files (no figures), replaces its parked copy
+  local last version run
+  while IFS= read -r last; do
+    version=$(dirname "$(dirname "$last")")
+    [ ! -f "$version/results.json" ] || continue
+    run=${version#"$LOGS"/}; run=$(dirname "$run")
+    [ "$version" = "$(latest "$LOGS/$run")" ] || continue    # its newest version only: the one resume continues
+    rm -rf "${PARKED:?}/$run" && mkdir -p "$PARKED/$run"
+    (cd "$LOGS" && find "$run/$(basename "$version")" -type f ! -name '*.png' -print | tar -cf - -T -) | tar -xf - -C "$PARKED"
+    say "parked $run in $PARKED ($(du -sh "$PARKED/$run" | cut -f1))"
+  done < <(find "$LOGS" -path '*/checkpoints/last.ckpt' 2> /dev/null | sort)
 }
 
 evaluate() {  # run folder, evaluations...: each one whose resolution.csv is missing
@@ -146,10 +179,11 @@ evaluate() {  # run folder, evaluations...: each one whose resolution.csv is mis
   done
 }
 
-study_run() {  # kind (runs, fuzzy, mixed, long), scheme, seed[, training sizes]: the run, then each step that needs its checkpoint
+study_run() {  # kind (runs, fuzzy, mixed, long, published), scheme, seed[, training sizes]: the run, then each step that needs its checkpoint
   local kind=$1 pos=$2 seed=$3 sizes=${4:-} run finetuned="" args=() steps experiment=$EXPERIMENT
   case $kind in
     long) experiment=$LONG_EXPERIMENT; run=$experiment/${pos}_${RUN_TAG}_seed$seed ;;
+    published) experiment=$PUBLISHED_EXPERIMENT; run=$experiment/${pos}_${RUN_TAG}_seed$seed ;;
     runs) run=$EXPERIMENT/${pos}_${RUN_TAG}_seed$seed ;;
     fuzzy) run=$EXPERIMENT/${pos}_fuzzy_${RUN_TAG}_seed$seed; args=(pos.fuzzy=true) ;;
     mixed) run=$EXPERIMENT/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed
@@ -161,8 +195,10 @@ study_run() {  # kind (runs, fuzzy, mixed, long), scheme, seed[, training sizes]
     [ -z "$STATUS" ] || report "done" "$run"
     return    # done: its results are in the archive
   fi
+  [ -n "$STATUS" ] || unpark "$run"
   if [ -n "$STATUS" ]; then
-    if finished "$LOGS/$run"; then report trained "$run" "(in $LOGS: its evaluations, fine-tune or archive to run)"
+    if [ -d "$PARKED/$run" ] && [ -z "$(latest "$LOGS/$run")" ]; then report parked "$run" "(continues from $PARKED)"
+    elif finished "$LOGS/$run"; then report trained "$run" "(in $LOGS: its evaluations, fine-tune or archive to run)"
     elif [ -n "$(resume_arg "$LOGS/$run")" ]; then report interrupted "$run" "(resumes from its last.ckpt in $LOGS)"
     else report "to do" "$run"; fi
     return
@@ -198,6 +234,10 @@ mixed_tag() { echo "train$(echo "$1" | tr -d '[]' | tr , -)px"; }    # the run-n
 runs() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${SCHEMES//,/ }; do study_run runs "$pos" "$seed"; done; done; }
 fuzzy() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${FUZZY_SCHEMES//,/ }; do study_run fuzzy "$pos" "$seed"; done; done; }
 long() { local seed pos; for seed in ${LONG_SEEDS//,/ }; do for pos in ${LONG_SCHEMES//,/ }; do study_run long "$pos" "$seed"; done; done; }
+published() {
+  local seed pos
+  for seed in ${PUBLISHED_SEEDS//,/ }; do for pos in ${PUBLISHED_SCHEMES//,/ }; do study_run published "$pos" "$seed"; done; done
+}
 mixed() {
   local sizes seed pos
   for sizes in "${MIXED_LISTS[@]}"; do
@@ -216,11 +256,12 @@ every_run() {  # what `all` trains, in its order
   done
   SEEDS=$seeds
   long
+  published
 }
 
 tables() {
   local study
-  for study in $EXPERIMENT $FT_EXPERIMENT $LONG_EXPERIMENT; do
+  for study in $EXPERIMENT $FT_EXPERIMENT $LONG_EXPERIMENT $PUBLISHED_EXPERIMENT; do
     [ -d "$ARCHIVE/$study" ] || continue
     # shellcheck disable=SC2046  # none or one word: the published table beside the study's own
     python -m vitpos.compare "$ARCHIVE/$study" out="$RESULTS/$study" \
@@ -228,7 +269,7 @@ tables() {
   done
 }
 
-if [[ " runs fuzzy mixed long all " == *" ${1:-all} "* ]]; then    # the steps that train: one at a time per LOGS
+if [[ " runs fuzzy mixed long published park all " == *" ${1:-all} "* ]]; then    # the steps that train or park: one at a time per LOGS
   mkdir -p "$LOGS"
   exec 9> "$LOGS/.study.lock"
   flock -n 9 || { echo "error: another study.sh is training into $LOGS; wait for it, or give this one another LOGS=" >&2; exit 2; }
@@ -238,6 +279,8 @@ case ${1:-all} in
   fuzzy) fuzzy ;;
   mixed) mixed ;;
   long) long ;;
+  published) published ;;
+  park) park ;;
   tables) tables ;;
   all) every_run
        tables ;;
@@ -248,7 +291,7 @@ case ${1:-all} in
           every_run
           total=0; for state in "${!COUNT[@]}"; do total=$(( total + COUNT[$state] )); done
           echo "$total runs in $ARCHIVE and $LOGS: ${COUNT[done]:-0} done, ${COUNT[trained]:-0} trained," \
-            "${COUNT[interrupted]:-0} interrupted, ${COUNT[to do]:-0} to do" ;;
-  *) echo "error: unknown step '${1}'; use one of runs, fuzzy, mixed, long, tables, all, status" >&2
+            "${COUNT[interrupted]:-0} interrupted, ${COUNT[parked]:-0} parked, ${COUNT[to do]:-0} to do" ;;
+  *) echo "error: unknown step '${1}'; use one of runs, fuzzy, mixed, long, published, park, tables, all, status" >&2
      exit 2 ;;
 esac

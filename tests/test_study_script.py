@@ -156,7 +156,11 @@ def test_mixed_twins_train_the_seeds_of_mixed_seeds_only(tmp_path):
 def test_study_refuses_an_unknown_dataset_or_step(tmp_path):
     for settings, step, message in (
         (dict(DATASET="mnist"), "runs", "error: DATASET=mnist is not a study"),
-        ({}, "finetune", "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, long, tables, all, status"),
+        (
+            {},
+            "finetune",
+            "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, long, published, park, tables, all, status",
+        ),
     ):
         env = dict(fake_env(tmp_path), **settings)
         result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, capture_output=True, text=True, env=env)
@@ -212,8 +216,11 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
         FUZZY_SCHEMES="2d_sin",
         MIXED_SCHEMES="cpe",
         LONG_SCHEMES="none",
+        PUBLISHED_SCHEMES="rel_shaw",
     )
     study(tmp_path, dict(env, SCHEMES="none", SEEDS="0"))  # none, seed 0: every step, archived
+    parked = tmp_path / "results" / "study_parked" / "cifar10_schh" / "rel_shaw_cifar10_32px_seed0"
+    make_run(parked / "version_0", "checkpoints/last.ckpt")
     shutil.rmtree(tmp_path / "logs")  # as on a new machine
     (tmp_path / "calls").unlink()
     study_logs = tmp_path / "logs" / "cifar10_study"
@@ -225,7 +232,7 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
     *lines, total = result.stdout.splitlines()
     states = [(line[:12].strip(), line[13:].split()[0]) for line in lines]  # "%-12s %s": state, run[, note]
     study_run = "cifar10_study/{}_cifar10_32px{}_seed{}".format
-    assert states == [  # the order of `all`: seed by seed the runs, fuzzy and mixed twins; then long
+    assert states == [  # the order of `all`: seed by seed the runs, fuzzy and mixed twins; then long, published
         ("done", study_run("none", "", 0)),
         ("trained", study_run("2d_sin", "", 0)),
         ("interrupted", study_run("cpe", "", 0)),
@@ -234,13 +241,58 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
         *[("to do", study_run(pos, "", 1)) for pos in ("none", "2d_sin", "cpe")],
         ("to do", study_run("2d_sin_fuzzy", "", 1)),
         ("to do", "cifar10_cpu/none_cifar10_32px_seed0"),
+        ("parked", "cifar10_schh/rel_shaw_cifar10_32px_seed0"),
     ]
     assert lines[2].endswith(f"(resumes from its last.ckpt in {tmp_path}/logs)")
     logs = f"{tmp_path}/results/study_logs and {tmp_path}/logs"
-    assert total == f"10 runs in {logs}: 1 done, 1 trained, 1 interrupted, 7 to do"
+    assert total == f"11 runs in {logs}: 1 done, 1 trained, 1 interrupted, 1 parked, 7 to do"
     with open(tmp_path / "logs" / ".study.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study.sh holds it
         result = subprocess.run(
             ["bash", "scripts/study.sh", "status"], cwd=ROOT, env=env, capture_output=True, text=True
         )
     assert result.returncode == 0 and result.stdout.startswith(f"a study.sh is training into {tmp_path}/logs now")
+
+
+def test_published_runs_train_the_published_recipe_and_are_archived_without_evaluations(tmp_path):
+    env = fake_env(tmp_path, PUBLISHED_SCHEMES="none,rope_axial")
+    calls = study(tmp_path, env, "published")
+    logs = tmp_path / "logs"
+    assert calls == [
+        f"train.py experiment=cifar10_schh pos={pos} seed=0 paths.log_dir={logs} {QUIET}"
+        for pos in ("none", "rope_axial")
+    ]
+    archive = tmp_path / "results" / "study_logs" / "cifar10_schh"
+    assert sorted(p.name for p in archive.iterdir()) == ["none_cifar10_32px_seed0", "rope_axial_cifar10_32px_seed0"]
+
+
+def test_a_parked_run_continues_on_another_machine_and_its_archive_replaces_it(tmp_path):
+    env = fake_env(tmp_path, PUBLISHED_SCHEMES="rel_shaw")
+    run = "cifar10_schh/rel_shaw_cifar10_32px_seed0"
+    logs, parked = tmp_path / "logs", tmp_path / "results" / "study_parked"
+    make_run(logs / run / "version_0", "checkpoints/last.ckpt", "checkpoints/best-epoch3-step9.ckpt", "metrics.csv")
+    make_run(logs / run / "version_0", "figures/attention.png")
+    make_run(logs / "cifar10_study/none_cifar10_32px_seed0/version_0", "results.json", "checkpoints/last.ckpt")
+    study(tmp_path, env, "park")
+    parked_files = sorted(str(p.relative_to(parked)) for p in parked.rglob("*") if p.is_file())
+    assert parked_files == [  # the interrupted run only, its checkpoints and logs, no figures
+        f"{run}/version_0/checkpoints/best-epoch3-step9.ckpt",
+        f"{run}/version_0/checkpoints/last.ckpt",
+        f"{run}/version_0/metrics.csv",
+    ]
+    shutil.rmtree(logs)  # a new machine: only the checkout, with the parked run
+    calls = study(tmp_path, env, "published")
+    assert calls == [
+        f"train.py experiment=cifar10_schh pos=rel_shaw seed=0 paths.log_dir={logs} {QUIET} resume=true"
+    ]  # continued from the parked last.ckpt, not started again
+    assert not (parked / run).exists()  # archived: the parked copy is gone
+    assert (tmp_path / "results" / "study_logs" / run / "version_0" / "results.json").is_file()
+
+
+def test_park_waits_for_a_running_study(tmp_path):
+    env = fake_env(tmp_path)
+    (tmp_path / "logs").mkdir()
+    with open(tmp_path / "logs" / ".study.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study.sh holds it
+        result = subprocess.run(["bash", "scripts/study.sh", "park"], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and result.stderr.startswith("error: another study.sh is training into")
