@@ -1,9 +1,9 @@
 """The docs are checked against the code, so they cannot drift from it: DESIGN.md's hook table
-against `PositionalEncoding`'s signatures, README's HParams lists against the row `hparams_row`
-builds, the option lists in config comments and README's config-group table against the config
-folders and the augment choices, the command a sweep job runs as against vitpos/__main__.py, every
-example image size against the patch size, and the prose against changelog wording. (README's
-commands composing with Hydra is tests/test_readme.py.) Nothing is trained."""
+against `PositionalEncoding`'s signatures, the TensorBoard page's HParams lists against the row
+`hparams_row` builds, the option lists in config comments and the training page's config-group table
+against the config folders and the augment choices, the command a sweep job runs as against
+vitpos/__main__.py, every example image size against the patch size, and the prose against changelog
+wording. (That the commands compose with Hydra is tests/test_readme.py's check.) Nothing is trained."""
 
 from __future__ import annotations
 
@@ -25,8 +25,12 @@ from vitpos.train import HPARAM_METRICS, hparams_row
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DESIGN = ROOT / "docs" / "DESIGN.md"
-DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs").glob("*/README.md"))]
-PROSE = [README, DESIGN, ROOT / "docs" / "PERFORMANCE.md"]  # the docs that describe the project as it is
+TRAINING = ROOT / "docs" / "training.md"  # the site's page of config groups and recipes
+TENSORBOARD = ROOT / "docs" / "tensorboard.md"
+PAGES = sorted((ROOT / "docs").glob("*.md"))  # the site's pages, the records among them
+DOCS = [README, *PAGES, *sorted((ROOT / "docs").glob("*/README.md"))]
+# the docs that describe the project as it is: every page but the record of measurements
+PROSE = [README, *(page for page in PAGES if page.name != "RESULTS.md")]
 
 
 def read(path: Path) -> str:
@@ -91,13 +95,13 @@ def test_no_hook_signature_in_the_docs_disagrees(doc):
     assert hook_mention_problems(read(doc)) == []
 
 
-# --- README's HParams lists: the row `hparams_row` builds ------------------------------------------
+# --- the TensorBoard page's HParams lists: the row `hparams_row` builds -----------------------------
 
 
-def readme_list(text: str, label: str) -> list[str]:
-    """The names of README's one line `<label>: `a`, `b`, ...`, `z`.` (nothing else on that line)."""
+def doc_list(text: str, label: str) -> list[str]:
+    """The names of a page's one line `<label>: `a`, `b`, ...`, `z`.` (nothing else on that line)."""
     lines = [line.strip() for line in text.splitlines() if line.strip().startswith(f"{label}: ")]
-    assert len(lines) == 1, f"README.md needs exactly one line starting `{label}: ` (found {len(lines)})"
+    assert len(lines) == 1, f"the page needs exactly one line starting `{label}: ` (found {len(lines)})"
     items = lines[0][len(label) + 2 :]
     assert re.fullmatch(r"`[^`]+`(, `[^`]+`)*\.?", items), f"not a plain list of `names`: {lines[0]!r}"
     return re.findall(r"`([^`]+)`", items)
@@ -112,17 +116,17 @@ def hparams_columns(tmp_path) -> list[str]:
     return list(hparams_row(cfg, module, datamodule, trained_size=32))
 
 
-def test_readme_hparams_columns_are_the_row_train_writes(tmp_path):
-    documented = readme_list(read(README), "HParams columns")
+def test_tensorboard_page_hparams_columns_are_the_row_train_writes(tmp_path):
+    documented = doc_list(read(TENSORBOARD), "HParams columns")
     assert len(documented) == len(set(documented)), f"a column listed twice: {documented}"
     assert set(documented) == set(hparams_columns(tmp_path))
 
 
-def test_readme_hparams_metrics_are_the_ones_train_writes():
-    assert readme_list(read(README), "HParams metrics") == list(HPARAM_METRICS)
+def test_tensorboard_page_hparams_metrics_are_the_ones_train_writes():
+    assert doc_list(read(TENSORBOARD), "HParams metrics") == list(HPARAM_METRICS)
 
 
-# --- option lists: config comments and README's group table against the config folders -----------
+# --- option lists: config comments and the training page's group table against the config folders -
 
 
 def group_options(group: str) -> set[str]:
@@ -152,16 +156,16 @@ def test_train_yaml_lists_every_option_of_the_group(group):
     assert set(listed) == group_options(group)
 
 
-def readme_group_row(text: str, group: str) -> set[str]:
-    """The options (backticked names) of README's config-group table row `| `<group>` | ... |`."""
+def group_row(text: str, group: str) -> set[str]:
+    """The options (backticked names) of the config-group table row `| `<group>` | ... |`."""
     rows = [line for line in text.splitlines() if line.startswith(f"| `{group}` |")]
-    assert len(rows) == 1, f"README.md needs one config-group row for `{group}`"
+    assert len(rows) == 1, f"docs/training.md needs one config-group row for `{group}`"
     return set(re.findall(r"`(\w+)`", rows[0].split("|")[2]))
 
 
 @pytest.mark.parametrize("group", ["data", "model", "trainer", "experiment"])
-def test_readme_group_table_lists_every_option(group):
-    assert readme_group_row(read(README), group) == group_options(group)
+def test_training_page_group_table_lists_every_option(group):
+    assert group_row(read(TRAINING), group) == group_options(group)
 
 
 def augment_comment_problems(path: Path) -> list[str]:
@@ -180,9 +184,9 @@ def test_data_config_augment_comment_lists_the_accepted_choices(config):
     assert augment_comment_problems(config) == []
 
 
-def test_readme_augment_choices_are_the_accepted_ones():
-    spans = [span for span in re.findall(r"`data\.augment=([^`]+)`", read(README)) if "|" in span]
-    assert spans, "README.md lists no `data.augment=a|b|...` choices"
+def test_documented_augment_choices_are_the_accepted_ones():
+    spans = [span for doc in DOCS for span in re.findall(r"`data\.augment=([^`]+)`", read(doc)) if "|" in span]
+    assert spans, "no doc lists the `data.augment=a|b|...` choices"
     for span in spans:
         assert set(span.replace("\\|", "|").split("|")) == set(AUGMENTS), span
 
