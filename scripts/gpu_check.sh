@@ -182,14 +182,12 @@ fi
 # --- c. the published ablation at its own recipe, all schemes at once on the one GPU --------------
 IFS=, read -ra scheme_list <<< "$SCHEMES"
 JOBS=${#scheme_list[@]}
-WORKERS=$(( (NCPU + JOBS - 1) / JOBS ))   # RandAugment's DataLoader workers per run
-[ $SMOKE = 1 ] && WORKERS=0
 say "ablation: ${JOBS} runs at once, ${C_EPOCHS} epochs planned (the schedule's length), fit stopped after" \
-    "$((B_ABLATION - C_MARGIN)) s if not done; ${WORKERS} DataLoader workers each"
+    "$((B_ABLATION - C_MARGIN)) s if not done; RandAugment batched on the GPU"
 # shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
 step ablation "$B_ABLATION" env OMP_NUM_THREADS=1 $PY train.py -m hydra/launcher=joblib hydra.launcher.n_jobs="$JOBS" \
   experiment=cifar10_schh "pos=$SCHEMES" seed=0 trainer="$TRAINER" trainer.max_epochs="$C_EPOCHS" \
-  trainer.max_time="$(hms $((B_ABLATION - C_MARGIN)))" data.num_workers="$WORKERS" $QUIET $TOY \
+  trainer.max_time="$(hms $((B_ABLATION - C_MARGIN)))" $QUIET $TOY \
   paths.log_dir="$LOGS/ablation" hydra.sweep.dir="$LOGS/ablation/hydra"
 report ablation "$C_EPOCHS"
 
@@ -198,7 +196,7 @@ STRONGEST_POS=${STRONGEST_POS:-rel_shaw}
 # shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
 step strongest "$B_STRONGEST" $PY train.py experiment=cifar10 pos="$STRONGEST_POS" seed=0 trainer="$TRAINER" \
   trainer.max_epochs="$D_EPOCHS" trainer.max_time="$(hms $((B_STRONGEST - D_MARGIN)))" \
-  data.num_workers="$([ $SMOKE = 1 ] && echo 0 || echo $((NCPU - 2)))" $QUIET $TOY paths.log_dir="$LOGS/strongest"
+  $QUIET $TOY paths.log_dir="$LOGS/strongest"
 report strongest "$D_EPOCHS"
 
 # --- e. step c's checkpoints at 32/48/64 px, and a DDP launch over all visible devices -------------

@@ -252,13 +252,16 @@ def test_device_resident_batches_equal_the_dataloaders_and_resume_mid_epoch(rank
     assert len(rest) == len(full) - 2 and all(torch.equal(a[0], b[0]) for a, b in zip(rest, full[2:]))
 
 
-def test_device_resident_is_auto_on_cuda_only_and_refuses_per_sample_policies():
+def test_device_resident_is_auto_on_cuda_only_and_serves_every_policy():
     module = SyntheticDataModule(num_train=300, val_size=100, batch_size=64)
     module.trainer = _Trainer()
     module.setup()
     assert not isinstance(module.train_dataloader(), DeviceBatches)  # auto on a CPU device: the DataLoader
-    with pytest.raises(ConfigError, match="device_resident=false"):
-        SyntheticDataModule(augment="randaugment", device_resident=True)
+    for augment in ("randaugment", "trivialaugment"):  # batched on the device: no workers to keep
+        module = SyntheticDataModule(num_train=300, val_size=100, batch_size=64, augment=augment, device_resident=True)
+        module.trainer = _Trainer()
+        module.setup()
+        assert isinstance(module.train_dataloader(), DeviceBatches)
     with pytest.raises(ConfigError, match="auto, true or false"):
         SyntheticDataModule(device_resident="yes")
 

@@ -1,7 +1,7 @@
 """The paths that differ on a GPU, on every device this machine has (CPU always, CUDA when visible;
 `scripts/gpu_check.sh` runs this file on a GPU): bf16 attention with a bias mask through SDPA
-against the plain math path, the rotary autograd on the device, device-resident batches, and a
-short Lightning fit on the device."""
+against the plain math path, the rotary autograd on the device, device-resident batches, the
+batched RandAugment / TrivialAugment, and a short Lightning fit on the device."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from conftest import compose_config
 
 import vitpos
-from vitpos.data import DeviceBatches, ShardedSampler
+from vitpos.data import BATCH_POLICIES, DeviceBatches, ShardedSampler
+from vitpos.data.augment import apply_op
 from vitpos.train import train
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -59,6 +60,25 @@ def test_device_batches_stay_on_the_device_in_sampler_order(device):
     assert len(batches) == 2 and all(b[0].device.type == device for b in batches)
     assert torch.cat([b[1] for b in batches]).cpu().tolist() == list(sampler)[:8]
     assert all(torch.equal(b[0][:, 0, 0, 0].long(), b[1]) for b in batches)  # images travel with their labels
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("policy", list(BATCH_POLICIES))
+def test_batched_augmentation_on_the_device_is_torchvisions_op_on_each_image(device, policy):
+    """On the device the batch and its images live on, a round of mixed draws gives each image
+    torchvision's op for its draw, run there image by image (the gathers are found there too)."""
+    augment = BATCH_POLICIES[policy]
+    images = torch.randint(0, 256, (96, 3, 24, 20), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    images = images.to(device)
+    torch.manual_seed(0)
+    ops, bins, negate = augment.draw(len(images))
+    out = augment.apply(images, ops, bins, negate)
+    assert out.device.type == device
+    magnitudes = augment.magnitudes(24, 20)
+    for i, image in enumerate(images):
+        value = magnitudes[ops[i]][bins[i]]
+        expected = apply_op(image[None], augment.names[ops[i]], -value if negate[i] else value)[0]
+        assert torch.equal(out[i], expected), (augment.names[ops[i]], int(bins[i]), bool(negate[i]))
 
 
 @pytest.mark.slow

@@ -69,7 +69,6 @@ def save_checkpoint(model: vitpos.VisionTransformer, path: Path, model_args: dic
         data_dir=str(path.parent / "data"),
         img_size=TRAIN_SIZE,
         batch_size=64,
-        num_workers=0,
         augment="none",
         num_train=256,
         num_test=64,

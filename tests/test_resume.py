@@ -57,12 +57,12 @@ def final_state(cwd: Path, run: str) -> tuple[int, dict]:
     return checkpoint["global_step"], checkpoint["state_dict"]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("resume")
+def run_uninterrupted(cwd: Path, augment: str) -> tuple[Path, tuple[int, dict], list[str]]:
+    """The 12-step run with `data.augment=augment`, its final state and its batches' checksums."""
     result = train_py(
         cwd,
         "run_name=full",
+        f"data.augment={augment}",
         "+callbacks.rec._target_=interrupt.RecordBatches",
         f"+callbacks.rec.path={cwd / 'full.batches'}",
     )
@@ -70,22 +70,37 @@ def uninterrupted(tmp_path_factory):
     return cwd, final_state(cwd, "full"), (cwd / "full.batches").read_text().splitlines()
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return run_uninterrupted(tmp_path_factory.mktemp("resume"), "standard")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_randaugment(tmp_path_factory):
+    return run_uninterrupted(tmp_path_factory.mktemp("resume_randaugment"), "randaugment")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "signal_name, expected_rc, data_path",
+    "signal_name, expected_rc, data_path, augment",
     [
-        ("SIGTERM", EXIT_PREEMPTED, "dataloader"),
-        ("SIGKILL", -9, "dataloader"),
-        ("SIGTERM", EXIT_PREEMPTED, "device_resident"),  # also bit-identical to the DataLoader path it replaces
+        ("SIGTERM", EXIT_PREEMPTED, "dataloader", "standard"),
+        ("SIGKILL", -9, "dataloader", "standard"),
+        ("SIGTERM", EXIT_PREEMPTED, "device_resident", "standard"),  # also bit-identical to the DataLoader path
+        ("SIGKILL", -9, "device_resident", "randaugment"),  # its batched draws replay from the saved RNG state
     ],
 )
-def test_interrupted_run_resumes_bit_identically(uninterrupted, signal_name, expected_rc, data_path):
+def test_interrupted_run_resumes_bit_identically(request, signal_name, expected_rc, data_path, augment):
+    uninterrupted = request.getfixturevalue("uninterrupted" if augment == "standard" else f"uninterrupted_{augment}")
     cwd, (full_step, full_weights), full_batches = uninterrupted
+    if augment != "standard":  # the policy changes the batches, so the resume below replays its draws
+        assert full_batches != request.getfixturevalue("uninterrupted")[2]
     run = f"{signal_name.lower()}_{data_path}"
     record = [
         "+callbacks.rec._target_=interrupt.RecordBatches",
         f"+callbacks.rec.path={cwd / run}.batches",
         f"data.device_resident={str(data_path == 'device_resident').lower()}",
+        f"data.augment={augment}",
     ]
     first = train_py(
         cwd,

@@ -162,7 +162,6 @@ def test_experiment_configs_compose_and_train(experiment, make_config, tmp_path)
         "trainer.limit_test_batches=1",
         "data.batch_size=16",
         "data.val_size=16",
-        "data.num_workers=0",
         "callbacks.figures=null",
     ]
     data = [standin] if "fmnist" in experiment else []

@@ -219,7 +219,7 @@ class EveryEpochTest(L.Callback):
         if trainer.sanity_checking:
             return
         datamodule, device = trainer.datamodule, pl_module.device
-        if self._loader is None:  # one loader for the run (its workers, if any, persist)
+        if self._loader is None:  # one loader for the run
             self._loader = datamodule.test_dataloader()
             self._metric = MulticlassAccuracy(datamodule.num_classes, top_k=1, average="micro").to(device)
         self._metric.reset()

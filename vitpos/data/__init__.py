@@ -5,8 +5,8 @@ standard augmentation (random crop with padding, horizontal flip), the resize to
 the normalisation run batched on the training device in `on_after_batch_transfer`, so the loader
 only indexes tensors. With `device_resident` (the default on CUDA) the uint8 set itself lives on
 the training device and each batch is one indexing of it (`DeviceBatches`): no per-sample Python,
-no collate, no host-to-device copy per step. The `randaugment` / `trivialaugment` policies run per
-sample in the DataLoader workers, so they keep the DataLoader.
+no collate, no host-to-device copy per step. The `randaugment` / `trivialaugment` policies run
+batched there too, before the resize: each image draws its own ops, each op runs once per group.
 
 - `cifar10`: CIFAR-10 from the pickled batches (torchvision's download), the official archive or
   an image tree of it (e.g. a JPEG copy), whichever `data.root` or the data folder holds.
@@ -23,7 +23,7 @@ its cache, `fashion_mnist`, `synthetic`). Every public name is re-exported here:
 `_target_: vitpos.data.<Class>` (also those saved in earlier checkpoints) resolve through it.
 """
 
-from .augment import AUGMENTS, PER_SAMPLE_AUGMENTS, random_crop_flip, sample_transform
+from .augment import AUGMENTS, BATCH_POLICIES, AutoAugmentBatch, random_crop_flip
 from .cifar10 import (
     CIFAR10_ARCHIVE,
     CIFAR10_BATCHES,
@@ -44,6 +44,7 @@ from .synthetic import DIRECTIONS, SyntheticDataModule, make_synthetic
 
 __all__ = [
     "AUGMENTS",
+    "BATCH_POLICIES",
     "CIFAR10_ARCHIVE",
     "CIFAR10_BATCHES",
     "CIFAR10_CLASSES",
@@ -51,7 +52,7 @@ __all__ = [
     "CIFAR10_IMAGE_TREES",
     "DEBIAN_FASHION_MNIST",
     "DIRECTIONS",
-    "PER_SAMPLE_AUGMENTS",
+    "AutoAugmentBatch",
     "CIFAR10DataModule",
     "DeviceBatches",
     "FashionMNISTDataModule",
@@ -69,6 +70,5 @@ __all__ = [
     "read_cifar10",
     "read_cifar10_archive",
     "read_idx",
-    "sample_transform",
     "unpickle_cifar10",
 ]

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from ..errors import ConfigError, check_setting, is_integer
+from ..errors import ConfigError
 from ..model import image_size
-from .augment import AUGMENTS, PER_SAMPLE_AUGMENTS, random_crop_flip, sample_transform
+from .augment import AUGMENTS, BATCH_POLICIES, random_crop_flip
 from .sampling import DeviceBatches, ResumableDataLoader, ShardedSampler, UInt8ImageDataset
 
 
@@ -26,9 +26,9 @@ class ImageDataModule(L.LightningDataModule):
         data_dir: dataset root.
         img_size: model input size, int or (H, W); images are resized (bicubic) from native size.
         batch_size: per-device batch size.
-        num_workers: DataLoader workers (only useful with `augment=randaugment`).
-        augment: `standard` (random crop + flip), `randaugment` / `trivialaugment` (standard +
-            RandAugment / TrivialAugmentWide, per sample), `none`.
+        augment: `standard` (random crop + flip), `randaugment` / `trivialaugment` (torchvision's
+            RandAugment / TrivialAugmentWide, drawn per image and applied batched at the native size,
+            then the crop + flip), `none`.
         crop_padding: padding in pixels (at `img_size`) of the random crop.
         hflip: random horizontal flip in the standard augmentation.
         val_size: number of training images held out for validation.
@@ -37,7 +37,7 @@ class ImageDataModule(L.LightningDataModule):
         shuffle_seed: seed of the training order (epoch e uses shuffle_seed + e).
         download: allow downloading when the data is missing.
         device_resident: keep the uint8 splits on the training device and index batches there
-            (`DeviceBatches`); `auto` does so on CUDA unless a per-sample policy needs workers.
+            (`DeviceBatches`); `auto` does so on CUDA.
         train_img_sizes: mixed-resolution training (FlexiViT, Beyer et al. 2023): each optimizer
             step resizes its batch to one size of this list (ints or [H, W] pairs), drawn from
             (shuffle_seed, step) alone, so every rank and a resumed run draw the same; validation
@@ -60,7 +60,6 @@ class ImageDataModule(L.LightningDataModule):
         data_dir: str = "data",
         img_size: int | tuple[int, int] = 32,
         batch_size: int = 128,
-        num_workers: int = 0,
         augment: str = "standard",
         crop_padding: int = 4,
         hflip: bool = True,
@@ -78,11 +77,6 @@ class ImageDataModule(L.LightningDataModule):
             raise ConfigError(f"data.augment={augment!r} is not one of {', '.join(AUGMENTS)}")
         if device_resident not in ("auto", True, False):
             raise ConfigError(f"data.device_resident={device_resident!r} must be auto, true or false")
-        if device_resident is True and augment in PER_SAMPLE_AUGMENTS:
-            raise ConfigError(
-                f"data.augment={augment} runs per sample in DataLoader workers; "
-                f"use data.device_resident=false (or auto)"
-            )
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"data.batch_size={batch_size!r} must be a positive integer, e.g. data.batch_size=128")
         if train_subset is not None and (not isinstance(train_subset, int) or train_subset < 1):
@@ -100,13 +94,6 @@ class ImageDataModule(L.LightningDataModule):
         ]
         self.batch_by_tokens = batch_by_tokens
         self.batch_size = batch_size
-        check_setting(
-            "data.num_workers",
-            num_workers,
-            is_integer(num_workers) and num_workers >= 0,
-            "be a whole number >= 0 (DataLoader worker processes), e.g. data.num_workers=0",
-        )
-        self.num_workers = num_workers
         self.augment = augment
         self.crop_padding = crop_padding
         self.hflip = hflip
@@ -138,7 +125,7 @@ class ImageDataModule(L.LightningDataModule):
                 f"{len(train_index)} training images are fewer than one batch "
                 f"(data.batch_size={self.batch_size}); raise data.train_subset or lower data.batch_size"
             )
-        self.train_set = UInt8ImageDataset(images[train_index], labels[train_index], sample_transform(self.augment))
+        self.train_set = UInt8ImageDataset(images[train_index], labels[train_index])
         self.val_set = UInt8ImageDataset(images[val_index], labels[val_index])
         self.test_set = UInt8ImageDataset(*self.load(train=False))
 
@@ -151,7 +138,7 @@ class ImageDataModule(L.LightningDataModule):
         if self.trainer is None or self.device_resident is False:
             return None
         device = self.trainer.strategy.root_device
-        if self.device_resident == "auto" and (device.type != "cuda" or self.augment in PER_SAMPLE_AUGMENTS):
+        if self.device_resident == "auto" and device.type != "cuda":
             return None
         return device
 
@@ -172,9 +159,7 @@ class ImageDataModule(L.LightningDataModule):
             batch_size=self.batch_size,
             sampler=sampler,
             drop_last=train,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            generator=torch.Generator().manual_seed(self.shuffle_seed + rank),
+            generator=torch.Generator(),  # its own: without one, every epoch's iterator draws from the run's RNG
         )
 
     def train_batches_per_epoch(self, world_size: int = 1) -> int:
@@ -201,8 +186,11 @@ class ImageDataModule(L.LightningDataModule):
 
     def preprocess(self, images: Tensor, train: bool, size: tuple[int, int] | None = None) -> Tensor:
         """uint8 (B, C, h, w) on the device -> normalised float (B, C, H, W) at `size` (default
-        `img_size`); the crop padding scales with the size."""
+        `img_size`). Training: RandAugment / TrivialAugment on the uint8 batch at its native size,
+        then the resize and the crop + flip, whose padding scales with the size."""
         size = tuple(size or self.img_size)
+        if train and self.augment in BATCH_POLICIES:
+            images = BATCH_POLICIES[self.augment](images)
         images = images.float().div_(255)
         if tuple(images.shape[-2:]) != size:
             images = F.interpolate(images, size=size, mode="bicubic", antialias=True, align_corners=False).clamp_(0, 1)

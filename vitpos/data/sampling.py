@@ -11,19 +11,16 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 
 class UInt8ImageDataset(Dataset):
-    """Indexes in-memory uint8 images; an optional per-sample transform runs in the workers."""
+    """Indexes in-memory uint8 images."""
 
-    def __init__(self, images: Tensor, labels: Tensor, transform=None):
-        self.images, self.labels, self.transform = images, labels, transform
+    def __init__(self, images: Tensor, labels: Tensor):
+        self.images, self.labels = images, labels
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        image = self.images[index]
-        if self.transform is not None:
-            image = self.transform(image)
-        return image, self.labels[index]
+        return self.images[index], self.labels[index]
 
 
 class ShardedSampler(Sampler[int]):
@@ -102,8 +99,8 @@ class ResumableDataLoader(DataLoader):
 class DeviceBatches:
     """Batches drawn from a dataset held on the training device: each is one indexing of the
     images and labels with the next `batch_size` indices of `sampler`'s order, the exact batches a
-    DataLoader with that sampler (no workers, no per-sample transform) would collate. Lightning
-    saves and restores its position (`state_dict` protocol) and sets the sampler's epoch.
+    DataLoader with that sampler would collate. Lightning saves and restores its position
+    (`state_dict` protocol) and sets the sampler's epoch.
 
     images: uint8 (N, C, H, W) and labels (N,), both already on the device.
     """
