@@ -235,7 +235,7 @@ def test_evaluate_reads_data_settings_over_the_recorded_ones_and_refuses_unknown
     assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={out}", "data.num_test=40"]) == 0
     with open(out / "resolution.csv", newline="") as f:
         assert [row["images"] for row in csv.DictReader(f)] == ["40"]  # the whole test split, as overridden
-    assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={out}", "data.num_tst=40"]) == 2
+    assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={tmp_path / 'again'}", "data.num_tst=40"]) == 2
     err = capsys.readouterr().err.splitlines()[-1]
     assert err.startswith("error: unknown data setting(s) data.num_tst; SyntheticDataModule takes data.num_train, ")
 

@@ -243,3 +243,40 @@ def test_train_on_a_folder_of_ones_own_images_from_the_command_line(tmp_path):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"{tmp_path / 'photos'}: test/fish/000.jpg cannot be decoded" in errors[0]
     assert errors[0].endswith("remove or replace it")
+
+
+def test_the_readme_fine_tune_command_reads_the_copy_its_checkpoint_was_trained_on(make_config, tmp_path):
+    """`python train.py experiment=cifar10_finetune pos=cpe finetune_from=<run>` after a run on
+    `data.root=<a copy>`: the experiment's data group names no copy, the checkpoint's carries over."""
+    from omegaconf import OmegaConf
+
+    from vitpos.train import train
+
+    copy = cifar10_tree(tmp_path / "cifar10-jpeg", per_class=4)
+    small = ["data.val_size=8", "data.batch_size=8", "data.download=false", "trainer.precision=32-true"]
+    trained = train(
+        make_config(
+            ["pos=cpe", "model=vit_micro", f"data.root={copy}", *small, "trainer.max_steps=2", "callbacks.figures=null"]
+        )
+    )
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "experiment=cifar10_finetune",
+        "pos=cpe",
+        f"finetune_from={Path(trained['log_dir']).parent}",
+        *small,
+        "trainer.max_steps=1",
+        "trainer.limit_val_batches=1",
+        "trainer.limit_test_batches=1",
+        "trainer.accelerator=cpu",
+        "trainer.enable_progress_bar=false",
+        "callbacks.figures=null",
+        f"paths.log_dir={tmp_path / 'logs'}",
+        f"paths.data_dir={tmp_path / 'data'}",
+    ]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"fine-tuning on data.root={copy}, the copy " in result.stdout
+    run = next((tmp_path / "logs" / "cifar10_finetune").rglob("results.json")).parent
+    assert OmegaConf.load(run / "config.yaml").data.root == str(copy)

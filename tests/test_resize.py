@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -478,7 +479,7 @@ def test_evaluate_best_chooses_on_validation_and_tests_only_the_choice(scheme_ck
     val_scores = {"extrapolate": 0.1, "interpolate": 0.3, "ntk": 0.2, "yarn": 0.25}
     test_calls = []
 
-    def fake_accuracy(model, datamodule, split, device, mask):
+    def fake_accuracy(model, datamodule, split, device, mask, doing=""):
         mode, temperature = model.config["pos_kwargs"]["resize_mode"], model.config["attn_temperature"]
         if split == "val":
             return val_scores[mode] + (0.01 if temperature == "log" else 0.0)
@@ -570,6 +571,55 @@ def test_evaluate_reads_but_never_writes_into_an_unfinished_run(real_run_copy, t
     assert "has not finished (no results.json)" in capsys.readouterr().out
     assert not list(run.glob("*.resolution"))  # no events written into the run
     assert read_csv(tmp_path / "eval" / "resolution.csv")[0]["img_size"] == "32px"
+
+
+def test_evaluate_says_what_it_evaluates_and_prints_percent(scheme_ckpts, tmp_path, capsys):
+    """A line on stderr before each evaluation (which checkpoint of how many, the size, the split),
+    and each accuracy in percent, as training's summary prints it."""
+    checkpoints = f"ckpt=[{scheme_ckpts['2d_sin']},{scheme_ckpts['cpe']}]"
+    out = tmp_path / "eval"
+    assert evaluate_main([checkpoints, "img_sizes=[32,48]", "batch_size=64", "limit=40", f"out={out}"]) == 0
+    printed = capsys.readouterr()
+    announced = [line for line in printed.err.splitlines() if line.startswith("vitpos.evaluate: ")]
+    assert [line.split(" (", 1)[1] for line in announced] == [
+        f"checkpoint {n}/2) at {size}px, test split, 40 images" for n in (1, 2) for size in (32, 48)
+    ]
+    rows = read_csv(out / "resolution.csv")
+    results = [line for line in printed.out.splitlines() if " test acc " in line]
+    assert [line.rsplit(" test acc ", 1)[1] for line in results] == [f"{100 * float(r['acc']):.2f}%" for r in rows]
+
+
+def test_evaluate_never_overwrites_an_earlier_evaluation(scheme_ckpts, tmp_path, monkeypatch, capsys):
+    """By default each evaluation writes a folder of its own (logs/evaluate/<date>_<time>, `_2` for a
+    second one in the same second); an out= that holds tables is refused unless overwrite=true."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VITPOS_LOG_DIR", raising=False)
+    options = [f"ckpt={scheme_ckpts['none']}", "img_sizes=[32]", "batch_size=64", "limit=8"]
+
+    class Clock:  # both evaluations start in the same second
+        @staticmethod
+        def now():
+            return datetime(2030, 1, 2, 3, 4, 5)
+
+    monkeypatch.setattr("vitpos.evaluate.datetime", Clock)
+    assert evaluate_main(options) == 0 and evaluate_main(options) == 0
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("resolution.md"))
+    assert written == [
+        "logs/evaluate/2030-01-02_03-04-05/resolution.md",
+        "logs/evaluate/2030-01-02_03-04-05_2/resolution.md",
+    ]
+    earlier = tmp_path / "logs" / "evaluate" / "2030-01-02_03-04-05"
+    before = (earlier / "resolution.csv").read_text()
+    capsys.readouterr()
+    assert evaluate_main([*options, "img_sizes=[48]", f"out={earlier}"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {earlier} holds an earlier evaluation's resolution.md, resolution.csv, resolution.png; pass "
+        "another out= (by default each evaluation writes a new folder under logs/evaluate/), or overwrite=true "
+        "to replace them\n"
+    )
+    assert (earlier / "resolution.csv").read_text() == before
+    assert evaluate_main([*options, "img_sizes=[48]", f"out={earlier}", "overwrite=true"]) == 0
+    assert read_csv(earlier / "resolution.csv")[0]["img_size"] == "48px"
 
 
 def test_evaluate_cli_missing_checkpoint_is_one_error_line(tmp_path):

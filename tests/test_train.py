@@ -187,6 +187,21 @@ def test_experiment_configs_compose_and_train(experiment, make_config, tmp_path)
     assert math.isfinite(metrics["test/loss"]) and (run / "results.json").is_file()
 
 
+def test_quick_experiment_is_a_short_cifar10_run_that_also_runs_on_other_data(make_config, capsys):
+    """experiment=quick: CIFAR-10 for at most 2 epochs, 1,000 validation images and a fifth of the test
+    batches, through the ordinary keys; the default trainer; on data=synthetic it trains as written."""
+    cfg = make_config(["experiment=quick"])
+    assert cfg.experiment == "quick" and cfg.data._target_.endswith("CIFAR10DataModule")
+    assert cfg.trainer.max_epochs <= 2 and cfg.trainer.max_steps == -1
+    assert (cfg.data.val_size, cfg.trainer.limit_test_batches) == (1000, 0.2)
+    assert cfg.trainer.strategy == make_config([]).trainer.strategy  # the default trainer, not cpu_ddp
+    synthetic = make_config(["experiment=quick", "data=synthetic", "data.num_train=1280", "model=vit_micro"])
+    metrics = train(synthetic)
+    assert "(280 train, 1000 val)" in capsys.readouterr().out
+    assert metrics["images_trained"] == 2 * 256  # 2 epochs of the 280 training images in whole batches of 128
+    assert math.isfinite(metrics["test/acc"]) and (Path(metrics["log_dir"]) / "results.json").is_file()
+
+
 def test_cpu_recipe_keeps_the_global_batch_on_two_processes_and_gives_way_to_a_gpu_trainer(make_config):
     """fmnist_cpu trains as 2 CPU processes of batch 64: the optimizer steps of one process with the
     study's batch 128; trainer=gpu on the command line replaces that trainer."""

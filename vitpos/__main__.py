@@ -62,23 +62,71 @@ USER_CONFIG_FLAGS = (
 HYDRA_FLAGS_WITH_OWN_OUTPUT = ("-h", "--help", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion")
 
 
-def is_sweep(override: str) -> bool:
-    """`key=a,b,c` sweeps (a list value `key=[a,b]` is one value)."""
-    value = override.split("=", 1)[1] if "=" in override else ""
-    return "," in value and not value.startswith("[")
+def parse_overrides(overrides: list[str], config_loader=None) -> list:
+    """`overrides` read by Hydra's own override parser (its sweeps `a,b`, `range()`, `choice()`,
+    `glob()`, `interval()`, quoted values, lists), as Hydra's sweeper reads them; a grammar error is
+    one ConfigError line. `config_loader` (a composition's) is needed to expand `glob()`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        return OverridesParser.create(config_loader).parse_overrides(list(overrides))
+    except OverrideParseException as error:
+        reason = [
+            line
+            for line in str(error).splitlines()
+            if line.strip() and not line.startswith(("See https://", "Error parsing override"))
+        ]
+        raise ConfigError(
+            f"cannot parse {error.override!r} ({'; '.join(reason)}); see Hydra's override grammar, "
+            f"https://hydra.cc/docs/advanced/override_grammar/basic/"
+        ) from None
 
 
 def sweep_variants(overrides: list[str], groups_only: bool = False) -> list[list[str]]:
-    """A multirun's overrides as single runs: every value of each sweep once (the other sweeps at
-    their first value); with `groups_only`, only config-group sweeps (`pos=a,b`, not `optim.lr=...`)
-    get their other values."""
-    first = [o.split(",")[0] if is_sweep(o) else o for o in overrides]
+    """A multirun's overrides as single runs, each as Hydra's basic sweeper would write a job's
+    overrides: every sweep at its first value, then each other value of each sweep once (the rest at
+    their first); with `groups_only`, only config-group sweeps (`pos=a,b`, not `seed=range(3)`) get
+    their other values. `interval()` sweeps, which only a sampling sweeper plugin reads, are left out."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        values = []
+        for override in parse_overrides(overrides, loader):
+            if override.is_interval_sweep():
+                continue
+            if not override.is_sweep_override():
+                values.append((False, [override.input_line]))
+                continue
+            key = override.get_key_element()
+            swept = [f"{key}={value}" for value in override.sweep_string_iterator()]
+            options = loader.get_group_options(override.key_or_group)
+            if not swept:  # e.g. a glob() that matches no option, range(0,0)
+                raise ConfigError(
+                    f"{override.input_line} sweeps no value, so Hydra would run no job"
+                    + (f"; the options of {override.key_or_group}: {', '.join(options)}" if options else "")
+                )
+            values.append((bool(options), swept))
+    first = [choices[0] for _, choices in values]
     variants = [first]
-    for index, override in enumerate(overrides):
-        key, _, values = override.partition("=")
-        if is_sweep(override) and not (groups_only and "." in key):
-            variants += [first[:index] + [f"{key}={value}"] + first[index + 1 :] for value in values.split(",")[1:]]
+    for index, (is_group, choices) in enumerate(values):
+        if is_group or not groups_only:
+            variants += [first[:index] + [choice] + first[index + 1 :] for choice in choices[1:]]
     return variants
+
+
+def check_sweeper_takes(overrides: list[str], argv: list[str]) -> None:
+    """An `interval()` sweep with Hydra's basic sweeper (which only enumerates): one line naming the fix."""
+    if any(arg.startswith(("hydra/sweeper=", "+hydra/sweeper=")) for arg in argv):
+        return
+    for override in parse_overrides(overrides):
+        if override.is_interval_sweep():
+            raise ConfigError(
+                f"{override.input_line}: Hydra's basic sweeper cannot sample an interval; use a,b,c, range(), "
+                f"choice() or glob(), or a sampling sweeper plugin (hydra/sweeper=optuna)"
+            )
 
 
 # keys that moved when logger, callbacks, optimizer and schedule became config groups
@@ -112,7 +160,16 @@ def check_composes(argv: list[str]) -> None:
     overrides = [arg for arg in argv if not arg.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra"))]
     check_moved_keys(overrides)
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
-    for variant in sweep_variants(overrides, groups_only=True) if multirun else [overrides]:
+    try:
+        if multirun:
+            check_sweeper_takes(overrides, argv)
+            variants = sweep_variants(overrides, groups_only=True)
+        else:
+            parse_overrides(overrides)  # a grammar error named with its override
+            variants = [overrides]
+    except ConfigError as error:
+        sys.exit(report_error(error))
+    for variant in variants:
         try:
             compose_train_config(variant)
         except (HydraException, OmegaConfBaseException, ValueError) as error:

@@ -261,7 +261,11 @@ class RunClock:
 
 class ProgressBar(TQDMProgressBar):
     """Lightning's progress bar with the run's length (`Epoch k/N`, the whole run's ETA), training
-    images/s (on CPU a few it/s say little) and a short postfix (train/loss, val/acc_best)."""
+    images/s (on CPU a few it/s say little) and a short postfix, the run's ETA first, that fits in 100
+    columns (tqdm cuts a longer line at the terminal's edge)."""
+
+    # the epoch's elapsed time, not its remaining time and it/s: the postfix has the run's ETA and img/s
+    BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
     def __init__(self, smoothing: float = 0.9):
         super().__init__()
@@ -299,12 +303,16 @@ class ProgressBar(TQDMProgressBar):
         super().on_train_epoch_end(trainer, pl_module)
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict:
-        metrics = super().get_metrics(trainer, pl_module)
-        metrics.pop("v_num", None)
+        """The postfix: run ETA, the step's training loss, the best validation accuracy (%), img/s."""
+        metrics = trainer.progress_bar_metrics
+        shown = {"run ETA": self.clock.eta(trainer)}
+        if "train/loss_step" in metrics:
+            shown["loss"] = f"{float(metrics['train/loss_step']):.3f}"
+        if "val/acc_best" in metrics:
+            shown["best val"] = f"{100 * float(metrics['val/acc_best']):.2f}%"
         if self.images_per_s is not None:
-            metrics["img/s"] = f"{self.images_per_s:.0f}"
-        metrics["run ETA"] = self.clock.eta(trainer)
-        return metrics
+            shown["img/s"] = f"{self.images_per_s:.0f}"
+        return shown
 
 
 def epoch_label(trainer: L.Trainer) -> str:
@@ -316,7 +324,7 @@ def epoch_label(trainer: L.Trainer) -> str:
 class ProgressLog(LightningProgressBar):
     """Progress for a console that is not a terminal (a log file, CI, a study script): instead of a
     redrawn bar, one line every `every` of the run's optimizer steps, with the step and epoch of
-    the total, train/loss, val/acc_best and the whole run's ETA."""
+    the total, the step's training loss, the best validation accuracy (%) and the whole run's ETA."""
 
     def __init__(self, every: float = 0.05):
         super().__init__()
@@ -348,7 +356,8 @@ class ProgressLog(LightningProgressBar):
         parts = [
             f"step {step}/{total} ({100 * step / max(total, 1):.0f}%)",
             epoch_label(trainer).lower(),
-            *(f"{key} {float(metrics[key]):.4f}" for key in ("train/loss_step", "val/acc_best") if key in metrics),
+            *([f"loss {float(metrics['train/loss_step']):.4f}"] if "train/loss_step" in metrics else []),
+            *([f"best val {100 * float(metrics['val/acc_best']):.2f}%"] if "val/acc_best" in metrics else []),
             f"run ETA {self.clock.eta(trainer)}",
         ]
         print("vitpos: " + " | ".join(parts), flush=True)

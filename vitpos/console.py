@@ -10,14 +10,26 @@ import warnings
 LIGHTNING_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 
 
-def _not_an_advert(record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith("💡 Tip:")  # Lightning's suggestion of its cloud products
+# Lightning's info lines that vitpos's start lines say better (the device and the processes of the
+# run) or that advertise its cloud products
+LIGHTNING_NOISE = (
+    "💡 Tip:",
+    "GPU available:",
+    "TPU available:",
+    "HPU available:",
+    f"{'-' * 100}\ndistributed_backend=",
+)
+
+
+def _not_noise(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(LIGHTNING_NOISE)
 
 
 def quiet_third_party() -> None:
-    """Silence: Lightning's product tip, the deprecation of torch's LeafSpec that Lightning's own
-    code triggers, and the advice to sync the epoch-level train/loss (vitpos logs rank 0's epoch
-    mean on purpose: an all-reduce every step costs more than it tells)."""
+    """Silence: Lightning's product tip, its banners of the devices it found and of the distributed
+    processes it started, the deprecation of torch's LeafSpec that Lightning's own code triggers,
+    and the advice to sync the epoch-level train/loss (vitpos logs rank 0's epoch mean on purpose:
+    an all-reduce every step costs more than it tells)."""
     warnings.filterwarnings(
         "ignore",
         message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
@@ -30,5 +42,5 @@ def quiet_third_party() -> None:
     )
     for name in LIGHTNING_LOGGERS:
         logger = logging.getLogger(name)
-        if _not_an_advert not in logger.filters:
-            logger.addFilter(_not_an_advert)
+        if _not_noise not in logger.filters:
+            logger.addFilter(_not_noise)

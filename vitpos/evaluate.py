@@ -9,8 +9,10 @@ split (`split=val` for validation); images are resized from the dataset's native
 and without the temperature (unless `attn_temperature=` is given) on the validation split, prints
 the best per size and evaluates only that one on `split`, which thus plays no part in the choice;
 `resize_mode=all` evaluates every one of those conversions on `split` (a line each).
-Writes `resolution.md`, `resolution.csv` and `resolution.png` (accuracy vs resolution, one line per
-checkpoint, or per checkpoint and conversion under `resize_mode=all`) to `out=`, and logs
+Says on stderr what it evaluates (checkpoint, size, split; a bar over the batches on a terminal),
+prints each accuracy in percent, writes `resolution.md`, `resolution.csv` and `resolution.png`
+(accuracy vs resolution, one line per checkpoint, or per checkpoint and conversion under
+`resize_mode=all`) to `out=`, a new folder per evaluation by default, and logs
 `resolution/<split>_acc` (step = image height; a tag per conversion asked for and per subset, see
 `runs.conversion_suffix`) into each checkpoint's TensorBoard run.
 
@@ -21,22 +23,28 @@ limit (this many images of the split, drawn at random with seed 0: the same ones
 batch_size, data (a configs/data name, instead of the checkpoint's own data config) or data.<key>
 (a setting of the checkpoint's data config, e.g. data.root=<another copy of the data set>), data_dir
 (the folder data sets are found and cached in, as train.py's paths.data_dir; a data.root the
-checkpoint records comes first), out, device.
+checkpoint records comes first), out (default: a new folder logs/evaluate/<date>_<time>, under
+$VITPOS_LOG_DIR in place of logs where it is set; an out= that holds an earlier evaluation's tables
+is refused), overwrite (true: replace the tables in out=), device.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
+import os
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 from torchmetrics.classification import MulticlassAccuracy
+from tqdm import tqdm
 
 from .cli import keyword_defaults, parse_options
 from .config import data_settings, instantiate
-from .errors import ConfigError, VitposError
+from .errors import ConfigError, VitposError, print_line
 from .errors import report as report_error
 from .model import ATTN_TEMPERATURES, check_attn_temperature, image_size
 from .plots import pyplot
@@ -70,15 +78,21 @@ def split_subset(datamodule, split: str, limit: int | None) -> torch.Tensor | No
     return subset_mask(split_size(datamodule, split), limit)
 
 
-def accuracy(model, datamodule, split: str, device: torch.device, mask: torch.Tensor | None) -> float:
+def accuracy(model, datamodule, split: str, device: torch.device, mask: torch.Tensor | None, doing: str = "") -> float:
     """Top-1 accuracy of `model` on a split of `datamodule` at its current `img_size` (on the images
-    `mask` keeps, see `split_subset`; None: all)."""
+    `mask` keeps, see `split_subset`; None: all). `doing` (which checkpoint, size and conversion) goes
+    to stderr first, then a bar over the batches where stderr is a terminal."""
     loader = datamodule.test_dataloader() if split == "test" else datamodule.val_dataloader()
     metric = MulticlassAccuracy(datamodule.num_classes, top_k=1, average="micro").to(device)
+    count = int(mask.sum()) if mask is not None else split_size(datamodule, split)
+    print_line(f"vitpos.evaluate: {doing}{split} split, {count} images")
+    batches = tqdm(
+        loader, total=len(loader), unit="batch", leave=False, file=sys.stderr, disable=not sys.stderr.isatty()
+    )
     start = 0
     bf16 = bf16_supported(device.type)
     with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        for images, labels in loader:  # the split in its stored order (evaluation loaders do not shuffle)
+        for images, labels in batches:  # the split in its stored order (evaluation loaders do not shuffle)
             if mask is not None:
                 keep = mask[start : start + len(labels)]
                 start += len(labels)
@@ -109,10 +123,12 @@ def evaluate(
     batch_size=256,
     data=None,
     data_dir=None,
-    out="logs/evaluate",
+    out=None,
+    overwrite=False,
     device="auto",
 ) -> list[dict]:
     """Evaluate each checkpoint at each size; write the table, CSV and plot; return the rows."""
+    out, fresh = output_folder(out, overwrite)
     if split not in ("test", "val"):
         raise ConfigError(f"split={split!r} must be test or val")
     if attn_temperature is not None:
@@ -124,7 +140,8 @@ def evaluate(
         raise ConfigError(f"img_sizes={img_sizes!r} must be a list of sizes, e.g. img_sizes=[32,48,64]")
     sizes = [image_size(size) for size in img_sizes]
     rows, subsetted = [], False
-    for path in find_checkpoints(ckpt):
+    paths = find_checkpoints(ckpt)
+    for number, path in enumerate(paths, 1):
         checkpoint = read_checkpoint(path)
         data_cfg = data_settings(data, checkpoint["hyper_parameters"].get("data"), str(path))
         data_cfg = dict(data_cfg, batch_size=batch_size, **({"data_dir": data_dir} if data_dir else {}))
@@ -137,12 +154,23 @@ def evaluate(
         for size in sizes:
             datamodule.img_size = size
             chosen, note, chosen_on = candidates[0], "", ""
+            doing = f"{run_label(path)} (checkpoint {number}/{len(paths)}) at {size_tag(size)}, "
             if resize_mode == ALL:
-                for mode, temperature in candidates:
+                for index, (mode, temperature) in enumerate(candidates, 1):
                     model = model_from_checkpoint(checkpoint, size, mode, temperature).to(device)
+                    conversion = f"{conversion_label(mode, temperature)} ({index}/{len(candidates)}), "
                     rows.append(
                         evaluate_one(
-                            model, path, trained, datamodule, split, device, limit, writer, (mode, temperature)
+                            model,
+                            path,
+                            trained,
+                            datamodule,
+                            split,
+                            device,
+                            limit,
+                            writer,
+                            (mode, temperature),
+                            doing=doing + conversion,
                         )
                     )
                 continue
@@ -160,30 +188,73 @@ def evaluate(
                         "val",
                         device,
                         val_mask,
+                        doing=f"{doing}choosing: {conversion_label(mode, temperature)} ({index}/{len(candidates)}), ",
                     )
-                    for mode, temperature in candidates
+                    for index, (mode, temperature) in enumerate(candidates, 1)
                 }
                 chosen = max(val_accs, key=val_accs.get)  # the first of equals: candidates are in a fixed order
                 note = (
-                    f"  (best of {len(candidates)} on val: {conversion_label(*chosen)}, val acc {val_accs[chosen]:.4f})"
+                    f"  (best of {len(candidates)} on val: {conversion_label(*chosen)}, "
+                    f"val acc {percent(val_accs[chosen])})"
                 )
             model = model_from_checkpoint(checkpoint, size, *chosen).to(device)  # the file is read once
             forced = None if resize_mode == BEST else (resize_mode, attn_temperature)
-            row = evaluate_one(model, path, trained, datamodule, split, device, limit, writer, forced, note)
+            row = evaluate_one(model, path, trained, datamodule, split, device, limit, writer, forced, note, doing)
             rows.append(dict(row, chosen_on=chosen_on))
         if writer is not None:
             writer.close()
-    write_outputs(rows, sizes, Path(out), limit if subsetted else None, by_conversion=resize_mode == ALL)
+    out = new_folder(out) if fresh else out
+    write_outputs(rows, sizes, out, limit if subsetted else None, by_conversion=resize_mode == ALL)
     return rows
 
 
-def evaluate_one(model, path: Path, trained: dict, datamodule, split, device, limit, writer, forced, note="") -> dict:
+OUTPUTS = ("resolution.md", "resolution.csv", "resolution.png")
+
+
+def output_folder(out, overwrite: bool) -> tuple[Path, bool]:
+    """Where the tables go, and whether it is a new folder to claim when they are written
+    (`new_folder`): by default <log dir>/evaluate/<date>_<time> of the evaluation's start, else `out`,
+    refused while it holds an earlier evaluation's tables unless `overwrite`."""
+    if out is None:
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        return Path(os.environ.get("VITPOS_LOG_DIR") or "logs", "evaluate", stamp), True
+    out = Path(out)
+    earlier = [name for name in OUTPUTS if (out / name).exists()]
+    if earlier and not overwrite:
+        raise ConfigError(
+            f"{out} holds an earlier evaluation's {', '.join(earlier)}; pass another out= (by default each "
+            f"evaluation writes a new folder under logs/evaluate/), or overwrite=true to replace them"
+        )
+    return out, False
+
+
+def new_folder(stamped: Path) -> Path:
+    """The folder `stamped`, made now, or `<stamped>_2`, `_3`, ... where an evaluation started in the
+    same second made it first."""
+    stamped.parent.mkdir(parents=True, exist_ok=True)
+    for number in itertools.count(1):
+        folder = stamped if number == 1 else stamped.with_name(f"{stamped.name}_{number}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+
+
+def percent(fraction: float) -> str:
+    """`81.23%`: an accuracy as training's summary prints it."""
+    return f"{100 * fraction:.2f}%"
+
+
+def evaluate_one(
+    model, path: Path, trained: dict, datamodule, split, device, limit, writer, forced, note="", doing=""
+) -> dict:
     """One converted model (of checkpoint `path`, trained with model arguments `trained`) on `split`:
     its row of resolution.csv, printed, and its accuracy logged into the run; a conversion the user
     forced (`forced`: the resize_mode and attn_temperature asked for) and a subset (`limit`) get their
     own tag, so every conversion of one checkpoint stays readable (`runs.conversion_suffix`)."""
     mask = split_subset(datamodule, split, limit)
-    acc = accuracy(model, datamodule, split, device, mask)
+    acc = accuracy(model, datamodule, split, device, mask, doing=doing)
     size = model.config["img_size"]
     row = dict(
         run=run_label(path),
@@ -200,7 +271,8 @@ def evaluate_one(model, path: Path, trained: dict, datamodule, split, device, li
     )
     conversion = f" {conversion_label(row['resize_mode'], row['attn_temperature'])}" if forced else ""
     print(
-        f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}{conversion}  {split} acc {acc:.4f}{note}", flush=True
+        f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}{conversion}  {split} acc {percent(acc)}{note}",
+        flush=True,
     )
     if writer is not None:
         suffix = conversion_suffix(*(forced or (None, None)), limit if mask is not None else None)

@@ -4,7 +4,7 @@ converted to the new size with the scheme's resize rule."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .config import override_key, to_container
 from .data import ImageDataModule
@@ -15,7 +15,8 @@ from .resize import model_from_checkpoint, read_checkpoint
 
 def finetune_config(cfg):
     """The run's config for `finetune_from=`, from the command line's overrides: the checkpoint's
-    dataset unless `data=` (or `experiment=`) is given, and a refusal of `model.*` / `pos.*`
+    dataset unless `data=` (or `experiment=`) is given, the checkpoint's copy of it (its `data.root`)
+    unless `data.root=` is given or the dataset differs, and a refusal of `model.*` / `pos.*`
     overrides that the checkpoint's architecture would silently replace."""
     from hydra import compose
     from hydra.core.hydra_config import HydraConfig
@@ -27,14 +28,20 @@ def finetune_config(cfg):
     keys = [override_key(o) for o in overrides]
     checkpoint = read_checkpoint(cfg.finetune_from)
     refuse_architecture_overrides(cfg, keys, checkpoint["hyper_parameters"]["model"])
-    if any(key in ("data", "experiment") for key in keys):
-        return cfg
     data = checkpoint["hyper_parameters"].get("data") or {}
-    name = get_class(data["_target_"]).name if "_target_" in data else None
-    if name is None or name == get_class(cfg.data._target_).name:
+    if "_target_" not in data:
         return cfg
-    print(f"vitpos: fine-tuning on data={name}, the dataset of {cfg.finetune_from} (data=<name> picks another)")
-    return compose(config_name="train", overrides=[*overrides, f"data={name}"])
+    name = get_class(data["_target_"]).name
+    if not any(key in ("data", "experiment") for key in keys) and name != get_class(cfg.data._target_).name:
+        print(f"vitpos: fine-tuning on data={name}, the dataset of {cfg.finetune_from} (data=<name> picks another)")
+        cfg = compose(config_name="train", overrides=[*overrides, f"data={name}"])
+    root = data.get("root")
+    if root is None or "data.root" in keys or get_class(cfg.data._target_) is not get_class(data["_target_"]):
+        return cfg
+    if cfg.data.get("root") != root:  # e.g. an experiment's data group, which names no copy
+        print(f"vitpos: fine-tuning on data.root={root}, the copy {cfg.finetune_from} read (data.root= picks another)")
+        OmegaConf.update(cfg, "data.root", root)
+    return cfg
 
 
 def refuse_architecture_overrides(cfg, keys: list[str], trained: dict) -> None:
