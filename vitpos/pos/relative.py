@@ -7,6 +7,10 @@
 - `alibi_2d`: ALiBi (Press et al. 2022) on the patch grid: -slope_h * (Euclidean distance), fixed.
 - `rel_shaw`: Shaw et al. 2018's relative position representations on the keys, in 2D: learned
   row- and column-offset vectors per layer, offsets clipped to +-max_distance; the bias depends on q.
+- `lookhere`: LookHere (Fuller et al. 2024): each head sees only a cone pointed in its direction
+  (-inf outside), with an ALiBi-like distance penalty; fixed.
+- `fire`: FIRE (Li et al. 2024) in 2D: an MLP per layer of the per-axis offsets, log-transformed and
+  divided by the query's reach to the grid's edge (at least a learned threshold).
 
 Why each is built as it is: docs/DESIGN.md, "The schemes, as built here".
 """
