@@ -23,8 +23,8 @@ SMALL = dict(dim=32, depth=2, num_heads=2, patch_size=PATCH)
 # Schemes whose positional parameters are ordinary weights (a convolution) that decay like any weight;
 # every other scheme's parameters are positional tables, excluded from weight decay.
 DECAYED_POS = {"cpe"}
-# Fixed (non-learned) tables (sin-cos, RoPE angles, ALiBi distances): buffers only.
-FIXED_TABLES = ("1d_sin", "2d_sin", "rope_axial", "alibi_2d")
+# Fixed (non-learned) tables (sin-cos, RoPE angles, ALiBi distances, LookHere's cones): buffers only.
+FIXED_TABLES = ("1d_sin", "2d_sin", "rope_axial", "alibi_2d", "lookhere")
 # The Swin init (std 0.02 on the attention logits) moves the logits by ~1e-5 only under a patch
 # shuffle; scaled to a trained-table magnitude (std ~2) the dependence on position is clear. Likewise
 # cpb: SwinV2's init (MLP weights std 0.02) gives 16*sigmoid(~0) = 8 +- 0.03 for every offset.
@@ -41,7 +41,7 @@ SCALE_POS = {"rel_bias": 100.0, "cpb": 10.0, "rel_shaw": 10.0}
 SCALE_QK = {"rope_axial": 10.0, "rope_mixed": 10.0, "alibi_2d": 10.0, "rel_shaw": 10.0}
 # Schemes with a learned attention bias per layer, their parameters named `layers.<i>.` (see the
 # cls-pooling exemption in test_gradient_reaches_every_positional_parameter).
-PER_LAYER_BIAS = {"rel_bias", "cpb", "rel_shaw"}
+PER_LAYER_BIAS = {"rel_bias", "cpb", "rel_shaw", "fire"}
 
 
 def make(pos: str, img_size=32, pool: str = "gap", seed: int = 0, **kwargs) -> vitpos.VisionTransformer:

@@ -1,6 +1,7 @@
 """Attention-bias schemes (`rel_bias`, `cpb`, `alibi_2d`: functions of the offset only; `rel_shaw`:
-of the offset and the query), references written here. Rectangular grids throughout, so a swapped
-H/W or a grid inferred with sqrt(N) shows up."""
+of the offset and the query; `lookhere`: of the offset, -inf outside each head's cone; `fire`: of the
+offset and the query's distance to the edge), references written here. Rectangular grids throughout,
+so a swapped H/W or a grid inferred with sqrt(N) shows up."""
 
 from __future__ import annotations
 
@@ -385,3 +386,229 @@ def test_rel_shaw_max_distance_must_be_a_positive_integer(max_distance):
         ConfigError, match=r"pos=rel_shaw needs max_distance to be a positive integer.*max_distance=2; got"
     ):
         build("rel_shaw", 32, pos_kwargs={"max_distance": max_distance})
+
+
+# ----------------------------------------------------------------------------------------------
+# lookhere: -inf outside the head's cone, -slope_h * Euclidean distance inside, the same in every layer
+
+# (right, up) unit steps of the 8 directions in the order heads are dealt to them: axes, then diagonals
+LOOK_STEPS = [(1, 0), (0, 1), (-1, 0), (0, -1), (1, 1), (-1, 1), (-1, -1), (1, -1)]
+
+
+def key_offsets(grid):
+    """How far right of and above the query every key lies, (N, N) [query, key] each, int64."""
+    drow, dcol = offsets(grid)  # query - key
+    return -dcol, drow
+
+
+def in_cone(step, field_of_view, grid):
+    """The reference cones in integer arithmetic, (N, N) bool: 180 degrees = the half-plane ahead
+    (edge included); 90 degrees along an axis = at least as far ahead as aside; 90 degrees along a
+    diagonal = the quadrant between the two axes it bisects."""
+    right, up = key_offsets(grid)
+    ahead = right * step[0] + up * step[1]
+    if field_of_view == 180:
+        return ahead >= 0
+    if 0 in step:  # along an axis
+        return ahead >= (right * step[1] - up * step[0]).abs()
+    return (right * step[0] >= 0) & (up * step[1] >= 0)
+
+
+@pytest.mark.parametrize("field_of_view", [180.0, 90.0])
+@pytest.mark.parametrize("grid", [(5, 7), (7, 4)], ids=["built-grid", "other-grid"])
+def test_lookhere_each_head_sees_exactly_its_cone(grid, field_of_view):
+    """On a rectangular grid, head h sees the keys of its direction's cone and nothing else: the
+    head looking right (180 degrees) the keys in the query's column or right of it, the one looking
+    up-right (90 degrees) the quadrant above and right of the query. (On another grid, in patches.)"""
+    options = {"field_of_view": field_of_view, "resize_mode": "extrapolate"}
+    model = build("lookhere", (20, 28), dim=32, num_heads=8, pos_kwargs=options)
+    assert model.pos.head_angles() == [0, 90, 180, 270, 45, 135, 225, 315]
+    bias = model.pos.bias(0, grid)
+    for head, step in enumerate(LOOK_STEPS):
+        assert torch.equal(bias[head] > float("-inf"), in_cone(step, field_of_view, grid)), (head, step)
+    if field_of_view == 180:  # the property as stated, once more
+        right, _ = key_offsets(grid)
+        assert torch.equal(bias[0] > float("-inf"), right >= 0)
+    assert torch.equal(model.pos.bias(1, grid), bias)  # the same in every layer
+
+
+@pytest.mark.parametrize("field_of_view", [1.0, 45.0, 180.0, 360.0])
+@pytest.mark.parametrize("directions", [1, 3, 8])
+def test_lookhere_every_query_sees_itself(directions, field_of_view):
+    """However narrow the cone, a query sees at least itself (bias 0), so no softmax row is empty;
+    a 360-degree cone masks nothing."""
+    model = build(
+        "lookhere", (20, 28), dim=48, num_heads=6, pos_kwargs=dict(directions=directions, field_of_view=field_of_view)
+    )
+    bias = model.pos.bias(0, (6, 5))
+    assert torch.equal(torch.diagonal(bias, dim1=1, dim2=2), torch.zeros(6, 30))
+    assert (bias > float("-inf")).any(dim=-1).all()
+    assert torch.isfinite(bias).all() == (field_of_view == 360.0)
+
+
+@pytest.mark.parametrize("grid", [(5, 7), (9, 3)], ids=["built-grid", "other-grid"])
+def test_lookhere_penalty_is_minus_slope_times_distance_and_monotone(grid):
+    """Inside the cone the bias is -slope_h * Euclidean distance: 0 at the query, strictly lower for
+    every farther key, equal at equal distance; heads beyond the first D of a direction halve it.
+    (On another grid, distances in patches.)"""
+    options = dict(directions=4, slope=0.3, resize_mode="extrapolate")
+    model = build("lookhere", (20, 28), dim=48, num_heads=6, pos_kwargs=options)
+    slopes = torch.tensor([0.3, 0.3, 0.3, 0.3, 0.15, 0.15], dtype=torch.float64)
+    assert model.pos.head_angles() == [0, 90, 180, 270, 0, 90]
+    bias = model.pos.bias(0, grid).double()
+    distance = euclidean(grid)
+    visible = bias > float("-inf")
+    expected = -slopes[:, None, None] * distance
+    torch.testing.assert_close(bias[visible], expected.expand_as(bias)[visible], atol=1e-6, rtol=1e-6)
+    for head in range(6):
+        d, values = distance[visible[head]], bias[head][visible[head]]
+        order = torch.argsort(d)
+        d, values = d[order], values[order]
+        steps = values[1:] - values[:-1]
+        assert (steps[d[1:] > d[:-1] + 1e-9] < 0).all()
+        assert (steps[(d[1:] - d[:-1]).abs() < 1e-9].abs() < 1e-6).all()
+
+
+def test_lookhere_interpolate_measures_in_training_grid_units_and_extrapolate_in_patches():
+    """At twice the training grid the cones are the same (they do not depend on scale); `interpolate`
+    halves every distance (the pair 2 patches apart gets the training bias of 1 patch apart),
+    `extrapolate` keeps patches. On the training grid both modes are one bias."""
+    interpolated = build("lookhere", (16, 24), dim=16, num_heads=4)  # 4 x 6, the default mode
+    extrapolated = build("lookhere", (16, 24), dim=16, num_heads=4, pos_kwargs={"resize_mode": "extrapolate"})
+    assert interpolated.pos.resize_mode == "interpolate"
+    assert torch.equal(interpolated.pos.bias(0, (4, 6)), extrapolated.pos.bias(0, (4, 6)))
+    fine, coarse = interpolated.pos.bias(0, (8, 12)), interpolated.pos.bias(0, (4, 6))
+    in_patches = extrapolated.pos.bias(0, (8, 12))
+    assert torch.equal(fine > float("-inf"), in_patches > float("-inf"))
+    visible = in_patches > float("-inf")
+    torch.testing.assert_close(fine[visible], in_patches[visible] / 2)
+    even = (torch.arange(4)[:, None] * 2 * 12 + torch.arange(6) * 2).flatten()  # token (2r, 2c) of 8 x 12
+    torch.testing.assert_close(fine[:, even][:, :, even], coarse)
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("directions", 0),
+        ("directions", 2.5),
+        ("directions", True),
+        ("field_of_view", 0),
+        ("field_of_view", 400),
+        ("field_of_view", "wide"),
+        ("slope", -1),
+        ("slope", float("inf")),
+    ],
+)
+def test_lookhere_bad_option_is_one_config_error(option, value):
+    with pytest.raises(ConfigError, match=rf"pos=lookhere needs {option} to be .*got {option}="):
+        build("lookhere", 32, pos_kwargs={option: value})
+
+
+# ----------------------------------------------------------------------------------------------
+# fire: an MLP of per-axis offsets, log-transformed and normalised by the query's reach to the edge
+
+
+def fire_inputs(grid, c, threshold):
+    """FIRE's MLP input for every (query, key) pair, written out per pair: (N, N, 2) fp64."""
+    height, width = grid
+    inputs = torch.zeros(height * width, height * width, 2, dtype=torch.float64)
+    for query in range(height * width):
+        for key in range(height * width):
+            for axis, (q, k, size) in enumerate(
+                [(query // width, key // width, height), (query % width, key % width, width)]
+            ):
+                reach = q if k < q else size - 1 - q  # patches from the query to the edge the key lies towards
+                psi = lambda x, axis=axis: math.log(abs(c[axis]) * x + 1)  # noqa: E731
+                normaliser = psi(max(abs(threshold[axis]), reach)) + 1e-6
+                inputs[query, key, axis] = math.copysign(psi(abs(k - q)), k - q) / normaliser if k != q else 0.0
+    return inputs
+
+
+def fire_model(img_size=(16, 24), **kwargs):
+    """fire built for a 4 x 6 grid with 2 heads."""
+    return build("fire", img_size, dim=16, num_heads=2, **kwargs)
+
+
+@pytest.mark.parametrize("grid", [(4, 6), (9, 5)], ids=["built-grid", "other-grid"])
+def test_fire_matches_its_formula(grid):
+    model = fire_model()
+    with torch.no_grad():
+        model.pos.layers[1].c.copy_(torch.tensor([0.5, -0.05]))  # |c| is the scale
+        model.pos.layers[1].threshold.copy_(torch.tensor([2.0, -3.5]))
+    for layer in range(2):
+        fire = model.pos.layers[layer]
+        c, threshold = fire.c.tolist(), fire.threshold.tolist()
+        expected_inputs = fire_inputs(grid, c, threshold)
+        torch.testing.assert_close(
+            model.pos.normalised_offsets(layer, grid).double(), expected_inputs, atol=1e-6, rtol=0
+        )
+        expected = copy.deepcopy(fire.mlp).double()(expected_inputs).permute(2, 0, 1)
+        torch.testing.assert_close(model.pos.bias(layer, grid).double(), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("img_size", [(16, 24), (28, 12)])
+def test_fire_on_the_training_grid_the_normalisation_is_inactive_and_the_bias_translation_invariant(img_size):
+    """The threshold starts at the training axis' largest offset, so on the training grid every
+    query's normaliser is psi(L): the input is psi(|d|) / psi(n - 1) with its sign, and the bias a
+    function of the offset alone, as FIRE is below its threshold."""
+    model = fire_model(img_size)
+    grid = model.grid
+    inputs = model.pos.normalised_offsets(0, grid).detach().double()
+    drow, dcol = offsets(grid)  # query - key
+    for axis, (d, size) in enumerate([(-drow, grid[0]), (-dcol, grid[1])]):
+        d = d.double()
+        expected = d.sign() * torch.log1p(0.1 * d.abs()) / (math.log1p(0.1 * (size - 1)) + 1e-6)
+        torch.testing.assert_close(inputs[..., axis], expected, atol=1e-6, rtol=0)
+    for layer in range(2):
+        for head in model.pos.bias(layer, grid).detach():
+            assert_function_of_offset(head, grid, atol=1e-6)
+
+
+def test_fire_beyond_the_threshold_interpolates_progressively():
+    """On a grid twice the training one, a query whose reach towards the key exceeds the threshold
+    divides by its reach: the same offset shrinks for queries farther from the edge (not a function
+    of the offset any more); below the threshold the input is the training grid's."""
+    model = fire_model()  # 4 x 6: thresholds 3 (rows) and 5 (columns)
+    inputs = model.pos.normalised_offsets(0, (8, 12)).detach()
+    one_right = [inputs[c, c + 1, 1].item() for c in range(11)]  # queries in row 0, key one column right
+    reach = [11 - c for c in range(11)]
+    trained = model.pos.normalised_offsets(0, (4, 6))[0, 1, 1].item()  # offset +1 on the training grid
+    for c in range(11):
+        if reach[c] <= 5:
+            assert one_right[c] == pytest.approx(trained, abs=1e-6)
+    assert all(a < b for a, b in zip(one_right[:6], one_right[1:7]))  # reach 11 .. 5: rising to the trained value
+    with torch.no_grad():
+        bias = model.pos.bias(0, (8, 12))
+    groups = group_by_offset(bias[0], (8, 12))
+    assert max(groups[(0, -1)]) - min(groups[(0, -1)]) > 1e-6
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (2, 3), (8, 12), (16, 24), (40, 3)])
+def test_fire_inputs_stay_in_the_training_range_on_any_grid(grid):
+    """|input| <= 1 on every grid (a query's farthest key in each direction maps to +-1 once its
+    reach passes the threshold): no offset leaves the range the MLP was trained on; finite bias."""
+    model = fire_model()
+    inputs = model.pos.normalised_offsets(0, grid).detach()
+    assert (inputs.abs() <= 1).all()
+    if grid[1] - 1 >= 5:  # the column axis reaches beyond the threshold: the corners map to +-1
+        assert inputs[0, grid[1] - 1, 1].item() == pytest.approx(1, abs=1e-5)
+        assert inputs[grid[1] - 1, 0, 1].item() == pytest.approx(-1, abs=1e-5)
+    with torch.no_grad():
+        assert torch.isfinite(model.pos.bias(0, grid)).all()
+
+
+def test_fire_tells_the_two_directions_of_an_axis_apart():
+    """Offsets are signed: key right of the query and key left of it are opposite inputs, so the
+    bias can differ (a causal FIRE only ever sees one direction)."""
+    model = fire_model()
+    inputs = model.pos.normalised_offsets(0, (4, 6)).detach()
+    torch.testing.assert_close(inputs[2, 3], -inputs[3, 2])
+    with torch.no_grad():
+        bias = model.pos.bias(0, (4, 6))
+    assert (bias[:, 2, 3] - bias[:, 3, 2]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("hidden_dim", [0, -1, 1.5, True])
+def test_fire_hidden_dim_must_be_a_positive_integer(hidden_dim):
+    with pytest.raises(ConfigError, match=r"pos=fire needs hidden_dim to be a positive integer.*got hidden_dim="):
+        build("fire", 32, pos_kwargs={"hidden_dim": hidden_dim})

@@ -222,6 +222,8 @@ NON_DEFAULT_KWARGS = {
     "cpb": {"hidden_dim": 64},
     "alibi_2d": {"bias_max": 4.0},
     "rel_shaw": {"max_distance": 3},
+    "lookhere": {"directions": 4, "field_of_view": 90.0, "slope": 0.5, "resize_mode": "extrapolate"},
+    "fire": {"hidden_dim": 16},
 }
 
 

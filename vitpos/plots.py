@@ -85,18 +85,21 @@ def table_figure(model: VisionTransformer, grid: Grid):
 
 
 def per_head_figure(maps: Tensor, grid: Grid, title: str, colorbar_label: str):
-    """maps (layers, heads, H*W) as a layers x heads panel of H x W images around the centre patch."""
+    """maps (layers, heads, H*W) as a layers x heads panel of H x W images around the centre patch;
+    NaN entries (a masked key) in grey, outside the colour scale."""
     plt = pyplot()
     layers, heads = maps.shape[:2]
     figure, axes = plt.subplots(
         layers, heads, figsize=(1.7 * heads + 1.4, 1.6 * layers + 0.7), squeeze=False, layout="constrained"
     )
-    low, high = maps.min().item(), maps.max().item()
+    shown = maps[~maps.isnan()]
+    low, high = (shown.min().item(), shown.max().item()) if shown.numel() else (0.0, 1.0)
+    colours = plt.get_cmap("magma").with_extremes(bad="0.8")
     centre = divmod(centre_index(grid), grid[1])
     for layer in range(layers):
         for head in range(heads):
             ax = axes[layer, head]
-            image = ax.imshow(maps[layer, head].reshape(grid).numpy(), cmap="magma", vmin=low, vmax=high)
+            image = ax.imshow(maps[layer, head].reshape(grid).numpy(), cmap=colours, vmin=low, vmax=high)
             ax.plot(centre[1], centre[0], marker="+", color="cyan", markersize=6)
             ax.set_xticks([])
             ax.set_yticks([])
@@ -111,7 +114,8 @@ def per_head_figure(maps: Tensor, grid: Grid, title: str, colorbar_label: str):
 
 def bias_figure(model: VisionTransformer, images: Tensor):
     """The attention-logit bias from the centre patch to every patch, per layer and head, as the
-    blocks see it on `images` (mean over them: a query-dependent bias differs per image)."""
+    blocks see it on `images` (mean over them: a query-dependent bias differs per image); a key the
+    bias masks (-inf) in grey."""
     grid = model.grid_for(images.shape[-2:])
     query = model.num_prefix_tokens + centre_index(grid)
 
@@ -119,10 +123,12 @@ def bias_figure(model: VisionTransformer, images: Tensor):
         return bias.float().reshape(-1, *bias.shape[-3:]).mean(dim=0)[:, query, model.num_prefix_tokens :]
 
     maps = torch.stack(record_attention(model, images, centre_row)).cpu()
+    masked = maps == float("-inf")
     return per_head_figure(
-        maps,
+        maps.masked_fill(masked, float("nan")),
         grid,
-        f"{model.config['pos']}: attention bias from the centre patch (+), mean over {len(images)} images",
+        f"{model.config['pos']}: attention bias from the centre patch (+), mean over {len(images)} images"
+        + (" (grey: masked)" if masked.any() else ""),
         "logit bias",
     )
 

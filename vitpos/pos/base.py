@@ -180,7 +180,8 @@ class PositionalEncoding(nn.Module):
     def bias(self, layer: int, grid: Grid, q: Tensor | None = None) -> Tensor | None:
         """Attention-logit bias for block `layer`: (heads, H*W, H*W), or (B, heads, H*W, H*W) from the
         patch queries `q` (B, heads, H*W, head_dim) for a query-dependent bias; or None. The model
-        always passes `q`; a bias independent of the input ignores it."""
+        always passes `q`; a bias independent of the input ignores it. An entry of -inf masks the
+        pair (its attention weight is exactly 0); every query keeps a finite entry for its own key."""
         return None
 
     def rotate(self, layer: int, q: Tensor, k: Tensor, grid: Grid) -> tuple[Tensor, Tensor]:
