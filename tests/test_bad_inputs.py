@@ -34,6 +34,51 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("train_img_sizes=[24,0]", "train_img_sizes entry 0 must be a positive integer"),
     ("train_img_sizes=[24,30]", "image size 30x30 is not divisible by the patch size 4"),
     ("train_img_sizes=abc", "train_img_sizes='abc' must be a non-empty list"),
+    ("curriculum=[]", "curriculum=.. must list two or more phases"),
+    ("curriculum=[[32,1.0]]", "curriculum=.*must list two or more phases .* for one size set img_size"),
+    ("curriculum=[16,32]", "curriculum phase 16 must be a pair .size, share or epochs."),
+    ("curriculum=[[18,0.5],[32,0.5]]", "image size 18x18 is not divisible by the patch size 4"),
+    ("curriculum=[[0,0.5],[32,0.5]]", "curriculum size 0 must be a positive integer"),
+    ("curriculum=[[16,0.5],[32,0.3]]", "curriculum shares .0.5, 0.3. sum to 0.8, not 1"),
+    ("curriculum=[[16,-0.5],[32,1.5]]", "curriculum shares or epochs .-0.5, 1.5. must be positive numbers"),
+    ("curriculum=[[16,10],[32,0.5]]", "mixes shares .decimals, e.g. 0.3. and epochs .integers, e.g. 10."),
+    (
+        "curriculum=[[24,0.3],[16,0.3],[32,0.4]]",
+        "curriculum sizes 24-16-32px must grow phase by phase .24px then 16px.",
+    ),
+    ("curriculum=[[16,0.5],[24,0.5]]", "the curriculum ends at 24px but img_size is 32px"),
+    (
+        "curriculum=[[16,1],[32,2]]",
+        "curriculum epochs .1, 2. sum to 3, not trainer.max_epochs=100; set trainer.max_epochs=3",
+    ),
+    (
+        "curriculum=[[16,0.01],[32,0.99]] trainer.max_epochs=10",
+        "the curriculum's 16px phase gets no epoch of trainer.max_epochs=10",
+    ),
+    (
+        "curriculum=[[16,0.5],[32,0.5]] trainer.max_epochs=null",
+        "a curriculum is planned over trainer.max_epochs, which is None",
+    ),
+    (
+        "curriculum=[[16,0.5],[32,0.5]] train_img_sizes=[24,32]",
+        "curriculum and train_img_sizes .or batch_by_tokens. both choose",
+    ),
+    (
+        "curriculum=[[16,0.5],[32,0.5]] batch_by_tokens=true",
+        "curriculum and train_img_sizes .or batch_by_tokens. both choose",
+    ),
+    (
+        "curriculum=[[16,0.5],[32,0.5]] curriculum_batch=tokenz",
+        "curriculum_batch='tokenz' must be one of fixed, tokens",
+    ),
+    (
+        "curriculum=[[16,0.5],[32,0.5]] curriculum_batch=tokens data.batch_size=160",
+        "fewer than one batch .data.batch_size=160, 640 at the curriculum's first size.",
+    ),
+    (
+        "curriculum=[[16,0.5],[32,0.5]] curriculum_batch=tokens +trainer.reload_dataloaders_every_n_epochs=2",
+        "curriculum_batch=tokens rebuilds the training loader every epoch",
+    ),
     ("model.compile=fast", "model.compile='fast' must be false, true or one of"),
     ("data.device_resident=yes", "data.device_resident='yes' must be auto, true or false"),
     ("model.drop_rate=1.0", "model.drop_rate=1.0 must be a number with 0 <= drop_rate < 1"),

@@ -46,6 +46,7 @@ KEY = dict(
     data="d",
     img_size=28,
     train_sizes="-",
+    curriculum="-",
     finetuned_from="-",
     model="m",
     lr=0.001,
@@ -79,10 +80,12 @@ def test_grouping_and_statistics_match_hand_computed_values():
         dict(run_row("a", 3, 0.10), lr=0.1),  # another lr: another group, even with the same scheme
         dict(run_row("a", 4, 0.20), train_sizes="20-28px"),  # mixed-resolution training: another group
         dict(run_row("a", 5, 0.30), recipe=KEY["recipe"] + " mixup_alpha=0.2"),  # another loss: another group
+        dict(run_row("a", 6, 0.40), curriculum="16-28px_1-1ep"),  # a resolution curriculum: another group
     ]
-    groups = {(g["pos"], g["lr"], g["train_sizes"], g["recipe"]): g for g in group_runs(rows)}
-    assert len(groups) == 5 and len(group_runs(rows)) == 5
-    groups = {key[:3]: g for key, g in groups.items() if key[3] == KEY["recipe"]}
+    groups = {(g["pos"], g["lr"], g["train_sizes"], g["recipe"], g["curriculum"]): g for g in group_runs(rows)}
+    assert len(groups) == 6 and len(group_runs(rows)) == 6
+    assert groups["a", 0.001, "-", KEY["recipe"], "16-28px_1-1ep"]["test_acc_mean"] == 0.40
+    groups = {key[:3]: g for key, g in groups.items() if key[3:] == (KEY["recipe"], "-")}
     assert set(groups) == {("a", 0.001, "-"), ("b", 0.001, "-"), ("a", 0.1, "-"), ("a", 0.001, "20-28px")}
     a = groups["a", 0.001, "-"]
     assert a["n"] == 3 and a["seeds"] == "0 1 2"
@@ -568,6 +571,25 @@ def test_ranking_names_the_setting_of_a_scheme_ranked_twice():
     rows = group_runs([run_row("a", 0, 0.8), dict(run_row("a", 0, 0.9), budget="35 epochs"), run_row("b", 0, 0.7)])
     body = table_cells(ranking_table(rows, {}).splitlines()[2:5])
     assert [r[5] for r in body] == ["a (35 epochs)", "a (1 epochs)", "b"]
+
+
+def test_ranking_ranks_each_curriculum_in_a_block_of_its_own():
+    curriculum = "16-28px_1-1ep"
+    rows = group_runs(
+        [
+            run_row("a", 0, 0.8),
+            run_row("b", 0, 0.7),
+            dict(run_row("a", 0, 0.75), curriculum=curriculum),  # between a and b, but ranked apart
+            dict(run_row("b", 0, 0.78), curriculum=curriculum),
+        ]
+    )
+    body = table_cells(ranking_table(rows, {}).splitlines()[2:6])
+    assert [(r[3], r[5], r[6]) for r in body] == [
+        ("-", "1", "a"),
+        ("-", "2", "b"),
+        (curriculum, "1", "b"),
+        (curriculum, "2", "a"),
+    ]
 
 
 def test_a_bad_reference_table_is_one_error_line(tmp_path, capsys):

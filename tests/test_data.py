@@ -202,10 +202,11 @@ def test_fashion_mnist_reads_debian_idx_files(tmp_path):
 
 
 class _Trainer:
-    """What the DataModule reads of a Trainer: rank, world size, the device, whether it trains."""
+    """What the DataModule reads of a Trainer: rank, world size, the device, whether it trains, the step and epoch."""
 
     def __init__(self, rank: int = 0, world_size: int = 1):
         self.global_rank, self.world_size, self.training, self.global_step = rank, world_size, True, 0
+        self.current_epoch = 0
         self.strategy = type("Strategy", (), {"root_device": torch.device("cpu")})()
 
 

@@ -39,14 +39,30 @@ def weights(metrics: dict) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
 
 
+# a curriculum with its batch by tokens: the ranks agree on each epoch's size and batch (2 steps of
+# 256 images at 16 px, then 8 of 64 at 32 px), the loader rebuilt for the second phase
+CURRICULUM = [
+    "trainer.max_steps=-1",
+    "trainer.max_epochs=2",
+    "trainer.val_check_interval=null",
+    "curriculum=[[16,1],[32,1]]",
+    "curriculum_batch=tokens",
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("pos", ["1d_learned", "rel_bias"])
-def test_two_processes_equal_one_with_twice_the_batch(pos, make_config):
-    single = train(make_config([*BASE, f"pos={pos}", "data.batch_size=64", "run_name=single"]))
+@pytest.mark.parametrize(
+    "pos, schedule",
+    [("1d_learned", []), ("rel_bias", []), ("rel_bias", CURRICULUM)],
+    ids=["1d_learned", "rel_bias", "rel_bias-curriculum"],
+)
+def test_two_processes_equal_one_with_twice_the_batch(pos, schedule, make_config):
+    single = train(make_config([*BASE, f"pos={pos}", "data.batch_size=64", "run_name=single", *schedule]))
     double = train(
         make_config(
             [
                 *BASE,
+                *schedule,
                 f"pos={pos}",
                 "data.batch_size=32",
                 "run_name=ddp",

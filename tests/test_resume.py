@@ -5,6 +5,7 @@ depth, so the data order *and* the RNG stream must both be restored for the weig
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -38,6 +39,17 @@ RUN = [
 ]
 
 
+# A curriculum whose batch follows the tokens: epochs of 2, 4 and 8 steps at 16, 24 and 32 px
+# (batches of 256, 114 and 64 images), so a resume meets a loader rebuilt for its epoch's batch.
+CURRICULUM = [
+    *(o for o in RUN if not o.startswith(("trainer.max_steps", "trainer.val_check_interval"))),
+    "trainer.max_steps=-1",
+    "trainer.max_epochs=3",
+    "curriculum=[[16,1],[24,1],[32,1]]",
+    "curriculum_batch=tokens",
+]
+
+
 def train_py(cwd: Path, *overrides: str, run: list[str] = RUN) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
     return subprocess.run(
@@ -57,14 +69,15 @@ def final_state(cwd: Path, run: str) -> tuple[int, dict]:
     return checkpoint["global_step"], checkpoint["state_dict"]
 
 
-def run_uninterrupted(cwd: Path, augment: str) -> tuple[Path, tuple[int, dict], list[str]]:
-    """The 12-step run with `data.augment=augment`, its final state and its batches' checksums."""
+def run_uninterrupted(cwd: Path, run: list[str], augment: str = "standard") -> tuple[Path, tuple[int, dict], list[str]]:
+    """The run of `run`'s settings with `data.augment=augment`, its final state and its batches' checksums."""
     result = train_py(
         cwd,
         "run_name=full",
         f"data.augment={augment}",
         "+callbacks.rec._target_=interrupt.RecordBatches",
         f"+callbacks.rec.path={cwd / 'full.batches'}",
+        run=run,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return cwd, final_state(cwd, "full"), (cwd / "full.batches").read_text().splitlines()
@@ -72,27 +85,50 @@ def run_uninterrupted(cwd: Path, augment: str) -> tuple[Path, tuple[int, dict], 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    return run_uninterrupted(tmp_path_factory.mktemp("resume"), "standard")
+    return run_uninterrupted(tmp_path_factory.mktemp("resume"), RUN)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted_randaugment(tmp_path_factory):
-    return run_uninterrupted(tmp_path_factory.mktemp("resume_randaugment"), "randaugment")
+    return run_uninterrupted(tmp_path_factory.mktemp("resume_randaugment"), RUN, "randaugment")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_curriculum(tmp_path_factory):
+    return run_uninterrupted(tmp_path_factory.mktemp("resume_curriculum"), CURRICULUM)
+
+
+def images_in(batches: list[str]) -> int:
+    """The images of RecordBatches' lines (`step checksum [labels] size`)."""
+    return sum(len(ast.literal_eval(line[line.index("[") : line.index("]") + 1])) for line in batches)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "signal_name, expected_rc, data_path, augment",
+    "signal_name, expected_rc, data_path, schedule, augment, stop, saved_step",
     [
-        ("SIGTERM", EXIT_PREEMPTED, "dataloader", "standard"),
-        ("SIGKILL", -9, "dataloader", "standard"),
-        ("SIGTERM", EXIT_PREEMPTED, "device_resident", "standard"),  # also bit-identical to the DataLoader path
-        ("SIGKILL", -9, "device_resident", "randaugment"),  # its batched draws replay from the saved RNG state
+        # SIGTERM saves at the step it stops at; SIGKILL leaves the periodic checkpoint of step 4
+        ("SIGTERM", EXIT_PREEMPTED, "dataloader", "fixed", "standard", 6, 6),
+        ("SIGKILL", -9, "dataloader", "fixed", "standard", 6, 4),
+        # also bit-identical to the DataLoader path
+        ("SIGTERM", EXIT_PREEMPTED, "device_resident", "fixed", "standard", 6, 6),
+        # its batched draws replay from the saved RNG state
+        ("SIGKILL", -9, "device_resident", "fixed", "randaugment", 6, 4),
+        # inside the 24 px phase (steps 3-6)
+        ("SIGTERM", EXIT_PREEMPTED, "dataloader", "curriculum", "standard", 4, 4),
+        # at the 16 px phase's last step, the stop waits for the 24 px phase's first step: Lightning would
+        # resume the next epoch at the batch count of the one it saved in (2 of 4 steps lost)
+        ("SIGTERM", EXIT_PREEMPTED, "device_resident", "curriculum", "standard", 2, 3),
     ],
 )
-def test_interrupted_run_resumes_bit_identically(request, signal_name, expected_rc, data_path, augment):
-    uninterrupted = request.getfixturevalue("uninterrupted" if augment == "standard" else f"uninterrupted_{augment}")
-    cwd, (full_step, full_weights), full_batches = uninterrupted
+def test_interrupted_run_resumes_bit_identically(
+    request, signal_name, expected_rc, data_path, schedule, augment, stop, saved_step
+):
+    fixed = schedule == "fixed"
+    fixture = "uninterrupted" if fixed else "uninterrupted_curriculum"
+    if augment != "standard":
+        fixture = f"uninterrupted_{augment}"
+    cwd, (full_step, full_weights), full_batches = request.getfixturevalue(fixture)
     if augment != "standard":  # the policy changes the batches, so the resume below replays its draws
         assert full_batches != request.getfixturevalue("uninterrupted")[2]
     run = f"{signal_name.lower()}_{data_path}"
@@ -102,38 +138,39 @@ def test_interrupted_run_resumes_bit_identically(request, signal_name, expected_
         f"data.device_resident={str(data_path == 'device_resident').lower()}",
         f"data.augment={augment}",
     ]
+    settings = RUN if fixed else CURRICULUM
     first = train_py(
         cwd,
         f"run_name={run}",
         "+callbacks.stop._target_=interrupt.InterruptAtStep",
-        "+callbacks.stop.step=6",
+        f"+callbacks.stop.step={stop}",
         f"+callbacks.stop.signal_name={signal_name}",
         *record,
+        run=settings,
     )
     assert first.returncode == expected_rc, first.stderr[-2000:]
     if signal_name == "SIGTERM":  # pre-empted, not finished: a scheduler or a script can tell
         last = Path("logs", run, "version_0", "checkpoints", "last.ckpt")
-        assert f"vitpos: pre-empted: SIGTERM at step 6: saved {last}; continue with resume=true" in first.stderr
+        assert f"pre-empted: SIGTERM at step {saved_step}: saved {last}; continue with resume=true" in first.stderr
         assert "Traceback" not in first.stderr and not (cwd / "logs" / run / "version_0" / "results.json").exists()
     step, _ = final_state(cwd, run)
-    # SIGTERM saves at the step it stops at; SIGKILL leaves the periodic checkpoint of step 4.
-    assert step == (6 if signal_name == "SIGTERM" else 4)
+    assert step == saved_step
     saved = torch.load(cwd / "logs" / run / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
-    assert saved[PROGRESS_KEY]["images"] == step * 64  # the images of the steps it holds, no more
-    second = train_py(cwd, f"run_name={run}", "resume=true", *record)
+    assert saved[PROGRESS_KEY]["images"] == images_in(full_batches[:step])  # the images of its steps, no more
+    second = train_py(cwd, f"run_name={run}", "resume=true", *record, run=settings)
     assert second.returncode == 0, second.stderr[-2000:]
-    # the run's figures count both parts: every image of its 12 steps, the fit time before the checkpoint too
+    # the run's figures count both parts: every image of its steps, the fit time before the checkpoint too
     results = json.loads((cwd / "logs" / run / "version_0" / "results.json").read_text())
     full = json.loads((cwd / "logs" / "full" / "version_0" / "results.json").read_text())
-    assert results["images_trained"] == full["images_trained"] == 12 * 64
+    assert results["images_trained"] == full["images_trained"] == images_in(full_batches)
     assert results["fit_seconds"] > saved[PROGRESS_KEY]["fit_seconds"] > 0
     assert not (cwd / "logs" / run / "version_1").exists()  # the same run folder continues
     resumed_step, resumed_weights = final_state(cwd, run)
-    assert resumed_step == full_step == 12
+    assert resumed_step == full_step == (12 if fixed else 14)
     assert all(torch.equal(full_weights[k], resumed_weights[k]) for k in full_weights)
-    # The batches after the resume point are the uninterrupted run's (order and augmentation).
+    # The batches after the resume point are the uninterrupted run's (order, augmentation, size).
     batches = (cwd / f"{run}.batches").read_text().splitlines()
-    after_resume = {line.split()[0]: line for line in batches[len(batches) - (12 - step) :]}
+    after_resume = {line.split()[0]: line for line in batches[len(batches) - (full_step - step) :]}
     assert [after_resume[line.split()[0]] for line in full_batches[step:]] == full_batches[step:]
 
 

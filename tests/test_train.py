@@ -230,6 +230,14 @@ def test_warmup_cosine_schedule():
         ["trainer.max_epochs=3", "trainer.limit_train_batches=4"],
         ["trainer.max_epochs=2", "trainer.accumulate_grad_batches=3"],
         ["trainer.max_epochs=5", "trainer.max_steps=7"],
+        # a curriculum whose batch follows the tokens: 2, 4 and 8 steps in its 16, 24 and 32 px epochs
+        ["trainer.max_epochs=3", "curriculum=[[16,1],[24,1],[32,1]]", "curriculum_batch=tokens"],
+        [
+            "trainer.max_epochs=4",
+            "curriculum=[[16,0.5],[32,0.5]]",
+            "curriculum_batch=tokens",
+            "trainer.accumulate_grad_batches=3",
+        ],
     ],
 )
 def test_schedule_length_is_the_number_of_optimizer_steps(limits, make_config, tiny_overrides):

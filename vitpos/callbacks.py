@@ -25,6 +25,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from .errors import CheckpointWriteError, check_setting, is_integer
 from .plots import make_figures, pyplot, sample_images, save_figures
+from .runs import size_tag
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -104,7 +105,8 @@ class LastCheckpoint(L.Callback):
     step later when that step ends an epoch, so that its validation is in the checkpoint), at the
     end of training, and on SIGTERM (pre-emption, `scancel`, a container stop): the signal only
     marks the request, and at the end of the optimizer step every rank learns whether any rank got
-    it and all stop together (`SIGTERMException`), after this saves, so `resume=true` loses no step.
+    it and all stop together (`SIGTERMException`), after this saves, so `resume=true` loses no step
+    (one step later at the end of a curriculum phase whose successor steps with another batch).
     (The best-by-val checkpoints are Lightning's `ModelCheckpoint`.)"""
 
     def __init__(self, every_n_steps: int = 500, filename: str = "last.ckpt"):
@@ -139,7 +141,10 @@ class LastCheckpoint(L.Callback):
         # always ends a step)
         if (batch_idx + 1) % trainer.accumulate_grad_batches and not trainer.is_last_batch:
             return
-        if trainer.strategy.reduce_boolean_decision(self.stop_requested, all=False):  # any rank, on every rank
+        stop = trainer.strategy.reduce_boolean_decision(self.stop_requested, all=False)  # any rank, on every rank
+        # Lightning resumes from an epoch's last step by its next loader's length: where the next epoch
+        # steps with another batch (a curriculum phase's end), the stop waits one step, past validation
+        if stop and not (trainer.is_last_batch and trainer.datamodule.rebatches_after(trainer.current_epoch)):
             raise SIGTERMException
         # A save due at an epoch's last step waits for the next step: Lightning resumes from an
         # epoch's last step without that epoch's validation, whose best checkpoint would stay unknown.
@@ -244,11 +249,11 @@ class RunClock:
         self.started = self.first_step = None
         self.total = 0
 
-    def start(self, trainer: L.Trainer) -> None:
-        """At the start of training: the run's total steps, asked of Lightning once (the property
-        sets up the training data when the total is bounded by epochs)."""
+    def start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """At the start of training: the run's total steps, as the module counts them for its schedule
+        (Lightning's estimate counts the first epoch's batches for every epoch: a curriculum's may differ)."""
         self.started, self.first_step = time.perf_counter(), trainer.global_step
-        self.total = int(trainer.estimated_stepping_batches)
+        self.total = pl_module.total_steps()
 
     def eta(self, trainer: L.Trainer) -> str:
         """`h:mm:ss` left, or `?` before the first step."""
@@ -274,7 +279,7 @@ class ProgressBar(TQDMProgressBar):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_start(trainer, pl_module)
-        self.clock.start(trainer)
+        self.clock.start(trainer, pl_module)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_start(trainer, pl_module)
@@ -316,20 +321,30 @@ class ProgressBar(TQDMProgressBar):
 
 
 def epoch_label(trainer: L.Trainer) -> str:
-    """`Epoch 3/15` (counted from 1), or `Epoch 3` when the run is bounded by steps only."""
+    """`Epoch 3/15` (counted from 1), or `Epoch 3` when the run is bounded by steps only; `at 16px`
+    after it in a curriculum."""
     epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) and trainer.max_steps in (None, -1) else None
-    return f"Epoch {trainer.current_epoch + 1}" + (f"/{epochs}" if epochs else "")
+    phase = trainer.datamodule.curriculum_phase() if trainer.datamodule is not None else None
+    return (
+        f"Epoch {trainer.current_epoch + 1}"
+        + (f"/{epochs}" if epochs else "")
+        + (f" at {size_tag(phase.size)}" if phase else "")
+    )
 
 
 class ProgressLog(LightningProgressBar):
     """Progress for a console that is not a terminal (a log file, CI, a study script): instead of a
     redrawn bar, one line every `every` of the run's optimizer steps, with the step and epoch of
-    the total, the step's training loss, the best validation accuracy (%) and the whole run's ETA."""
+    the total, the step's training loss, the best validation accuracy (%) and the whole run's ETA; in a
+    curriculum, a line where a phase ends with its training images/s (this process's part, validation
+    excluded)."""
 
     def __init__(self, every: float = 0.05):
         super().__init__()
         self.every, self.enabled, self.clock = every, True, RunClock()
         self._next = 0
+        self._phase = None  # the curriculum phase of the epoch trained last
+        self._phase_images, self._phase_seconds, self._last = 0, 0.0, 0.0
 
     def disable(self) -> None:
         self.enabled = False
@@ -338,14 +353,45 @@ class ProgressLog(LightningProgressBar):
         self.enabled = True
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.clock.start(trainer)
+        self.clock.start(trainer, pl_module)
         self._next = self._mark_after(trainer.global_step)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Where a curriculum's phase follows another: the one ending and its images/s, the next one's
+        size and batch (the start line gives the whole plan)."""
+        self._last = time.perf_counter()
+        phase = trainer.datamodule.curriculum_phase()
+        if self._phase is not None and phase != self._phase:
+            self._say(
+                f"{self._phase_done()}; {size_tag(phase.size)} from epoch {phase.first_epoch + 1}, "
+                f"{phase.batch_size} images per step and process",
+                trainer,
+            )
+        self._phase = phase
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._phase is not None:
+            self._say(self._phase_done(), trainer)
+
+    def _phase_done(self) -> str:
+        """`16px done at 2400 img/s`, and the count starts again."""
+        rate = self._phase_images / max(self._phase_seconds, 1e-9)
+        self._phase_images, self._phase_seconds = 0, 0.0
+        return f"{size_tag(self._phase.size)} done at {rate:.0f} img/s"
+
+    def _say(self, text: str, trainer: L.Trainer) -> None:
+        if self.enabled and trainer.is_global_zero:
+            print(f"vitpos: curriculum: {text}", flush=True)
 
     def _mark_after(self, step: int) -> int:
         interval = max(1, round(self.every * self.clock.total))
         return (step // interval + 1) * interval
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        now = time.perf_counter()
+        self._phase_seconds += now - self._last
+        self._phase_images += len(batch[1]) * trainer.world_size
+        self._last = now
         step, total = trainer.global_step, self.clock.total
         if step < self._next and step < total:
             return

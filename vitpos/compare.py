@@ -3,7 +3,7 @@
     python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare] [reference=<published.csv>]
     (the folder may also be given as logdir=logs/)
 
-Runs that differ only by `seed` form one group (the same scheme, data, size, model, lr, batch,
+Runs that differ only by `seed` form one group (the same scheme, data, size or curriculum, model, lr, batch,
 budget and recipe: optimizer, schedule, loss and augmentation settings); a seed run twice counts
 once, its latest run. Each group is one row with the number of runs `n` and the mean +- sample
 standard deviation of every accuracy: best and final validation, test, and the resolution-transfer
@@ -42,6 +42,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from .cli import parse_options
+from .data.curriculum import curriculum_tag
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import as_built
@@ -65,6 +66,7 @@ GROUP_BY = (
     "data",
     "img_size",
     "train_sizes",
+    "curriculum",
     "finetuned_from",
     "model",
     "lr",
@@ -143,6 +145,7 @@ def summarize(run: Path, root: Path) -> dict:
         data=get_class(config["data"]["_target_"]).name,
         img_size=size if isinstance(size, int) else "x".join(map(str, size)),
         train_sizes=sizes_tag(config["train_img_sizes"]) if config.get("train_img_sizes") else "-",
+        curriculum=curriculum_tag(config),
         finetuned_from=hparams.get("finetuned_from", ""),
         model=model_key(hparams.get("model", "")),
         lr=config["optim"]["lr"],
@@ -354,24 +357,27 @@ def read_reference(path: str | Path) -> dict[str, dict]:
 
 
 def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
-    """The groups trained at one size and not fine-tuned, ranked by mean test accuracy within each
-    experiment, data set and size (fuzzy-trained twins in a block of their own): gap to the next,
-    whether the two are separated (gap > the sum of their stds; "n=1" when either lacks a spread),
-    and, for schemes in `published` on the same data set, the published accuracy and both rankings
-    of the schemes in both tables. Ends with a legend; "" when no group qualifies."""
+    """The groups trained at one size or under one curriculum and not fine-tuned, ranked by mean test
+    accuracy within each experiment, data set and size (fuzzy-trained twins, and each curriculum, in a
+    block of their own): gap to the next, whether the two are separated (gap > the sum of their stds;
+    "n=1" when either lacks a spread), and, for schemes in `published` on the same data set, the
+    published accuracy and both rankings of the schemes in both tables. Ends with a legend; "" when no
+    group qualifies."""
     ranked = [r for r in rows if r["train_sizes"] == "-" and r["finetuned_from"] in ("", "-") and r["test_acc_mean"]]
     if not ranked:
         return ""
     blocks: dict[tuple, list[dict]] = {}
-    for row in ranked:  # fuzzy-trained twins rank among themselves: a gap compares one way of training
+    for row in ranked:  # fuzzy twins, a curriculum's runs: ranked among themselves (a gap compares one way of training)
         key = (row["experiment"], row["data"], str(row["img_size"]), row["pos"].endswith(FUZZY_SUFFIX))
-        blocks.setdefault(key, []).append(row)
-    header = ["experiment", "data", "img_size", "budget", "rank", "pos", "n", "test %", "best val %"]
+        blocks.setdefault((*key, row["curriculum"]), []).append(row)
+    curricula = any(row["curriculum"] != "-" for row in ranked)
+    header = ["experiment", "data", "img_size", *(["curriculum"] if curricula else [])]
+    header += ["budget", "rank", "pos", "n", "test %", "best val %"]
     header += ["gap to next (points)", "separated from next"]
     if published:
         header += ["published %", "rank among both: ours / published", "ours - published (points)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (experiment, data, size, _), block in blocks.items():
+    for (experiment, data, size, _, curriculum), block in blocks.items():
         block = sorted(block, key=lambda r: -r["test_acc_mean"])
         # the schemes in both tables, in our order and in the published one
         accuracy = {
@@ -385,7 +391,8 @@ def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
             label = row["pos"]
             if labels.count(label) > 1:  # one scheme under two settings: say which
                 label += f" ({', '.join(filter(None, [row['budget'], row.get('differs', '')]))})"
-            cells = [experiment, data, size, row["budget"], str(rank), label, str(row["n"])]
+            cells = [experiment, data, size, *([curriculum] if curricula else [])]
+            cells += [row["budget"], str(rank), label, str(row["n"])]
             cells.append(_percent(row["test_acc_mean"], row["test_acc_std"]))
             cells.append(_percent(row["val_acc_best_mean"], row["val_acc_best_std"]))
             if below is None:
@@ -405,8 +412,8 @@ def ranking_table(rows: list[dict], published: dict[str, dict]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
     legend = [
         "",
-        "Ranked within each experiment, data set and image size, fuzzy-trained twins (`+fuzzy`) apart from "
-        "the rest. test: the test accuracy of each run's "
+        "Ranked within each experiment, data set and image size, fuzzy-trained twins (`+fuzzy`) and each "
+        "resolution curriculum apart from the rest. test: the test accuracy of each run's "
         "best-validation checkpoint, mean ± std over seeds (n); best val: the best validation accuracy over "
         "the epochs. Separated: the gap to the next row exceeds the sum of the two rows' stds (their "
         "one-std bars do not overlap); n=1: a row has one seed, so no spread to compare.",
@@ -424,6 +431,8 @@ def training_setting(row: dict) -> list[str]:
     """How a group was trained, for the charts' labels: its size(s), what it was fine-tuned from,
     and the settings that tell it apart from the other groups (`differs`)."""
     sizes = row["train_sizes"] if row["train_sizes"] != "-" else f"{row['img_size']}px"
+    if row["curriculum"] != "-":
+        sizes = f"curriculum {row['curriculum']}"
     finetuned = row["finetuned_from"] not in ("", "-")
     setting = [f"trained at {sizes}", *([f"fine-tuned from {row['finetuned_from']}"] if finetuned else [])]
     return setting + row.get("differs", "").split()
@@ -473,11 +482,11 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
 
 def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows of runs evaluated with an asked-for temperature (`attn_temperature=`,
-    `resize_mode=all`) -> {scheme: [curve]}: one curve per
-    training `variant` (`exact`, `fuzzy`, `mixed <sizes>`) and conversion (`mode`: a resize mode or ""
-    for the scheme's only rule; `temperature`: none or log; `images`: the subset evaluated, None for
-    the whole split) with its `heights`, `means`, `stds`, `n` and `train_height` (the run's `img_size`: 1x);
-    {} when no run has such an evaluation. Fuzzy-trained twins are filed under their scheme."""
+    `resize_mode=all`) -> {scheme: [curve]}: one curve per training `variant` (`exact`, `fuzzy`,
+    `mixed <sizes>`, `curriculum <tag>`) and conversion (`mode`: a resize mode or "" for the scheme's
+    only rule; `temperature`: none or log; `images`: the subset evaluated, None for the whole split)
+    with its `heights`, `means`, `stds`, `n` and `train_height` (the run's `img_size`: 1x); {} when
+    no run has such an evaluation. Fuzzy-trained twins are filed under their scheme."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
         points = {  # (mode, temperature, images) -> points of the extrapolation grid's evaluations
@@ -493,6 +502,8 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
             if row["pos"].endswith(FUZZY_SUFFIX)
             else f"mixed {row['train_sizes']}"
             if row["train_sizes"] != "-"
+            else f"curriculum {row['curriculum']}"
+            if row["curriculum"] != "-"
             else "exact"
         )
         for (mode, temperature, images), mode_points in sorted(
@@ -646,9 +657,11 @@ def mark_differences(rows: list[dict]) -> None:
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
     """Accuracies in percent as `mean +- std`; columns no row has are left out."""
     accuracies = [c for c in accuracies if any(r.get(f"{c}_mean", "") != "" for r in rows)]
-    keys = ["pos", "experiment", "data", "img_size", "train_sizes", "finetuned_from", "budget", "batch_size", "n"]
-    if all(row["train_sizes"] == "-" for row in rows):
-        keys.remove("train_sizes")
+    keys = ["pos", "experiment", "data", "img_size", "train_sizes", "curriculum", "finetuned_from", "budget"]
+    keys += ["batch_size", "n"]
+    for key in ("train_sizes", "curriculum"):
+        if all(row[key] == "-" for row in rows):
+            keys.remove(key)
     if lrs_differ(rows):
         keys.insert(keys.index("batch_size"), "lr")
     recipes = recipe_differences(rows)

@@ -20,7 +20,7 @@ from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from .errors import ConfigError, NonFiniteLossError, check_setting, is_integer, is_number
-from .model import create_model
+from .model import create_model, image_size
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
@@ -185,15 +185,25 @@ class ImageClassifier(L.LightningModule):
         self._fit_started = time.perf_counter()
 
     def setup(self, stage: str) -> None:
-        """Count the training FLOPs of one batch (on the meta device: no compute), so Lightning's
-        ThroughputMonitor logs FLOP/s and, on GPUs it knows, MFU."""
+        """Count the training FLOPs of one batch, so Lightning's ThroughputMonitor logs FLOP/s and,
+        on GPUs it knows, MFU (a curriculum's phases: at each epoch's start)."""
         datamodule = getattr(self.trainer, "datamodule", None)
         if stage != "fit" or datamodule is None:
             return
+        self.flops_per_batch = self.batch_flops(datamodule.batch_size, self.hparams.model["img_size"])
+
+    def batch_flops(self, batch_size: int, img_size) -> int:
+        """Training FLOPs of a batch of `batch_size` images at `img_size`, counted on the meta device
+        (no compute)."""
         with torch.device("meta"):
             model = create_model(**self.hparams.model)
-            images = torch.empty(datamodule.batch_size, model.config["in_chans"], *model.config["img_size"])
-        self.flops_per_batch = measure_flops(model, lambda: model(images), loss_fn=torch.Tensor.sum)
+            images = torch.empty(batch_size, model.config["in_chans"], *image_size(img_size))
+        return measure_flops(model, lambda: model(images), loss_fn=torch.Tensor.sum)
+
+    def on_train_epoch_start(self) -> None:
+        phase = self.trainer.datamodule.curriculum_phase() if self.trainer.datamodule is not None else None
+        if phase is not None:
+            self.flops_per_batch = self.batch_flops(phase.batch_size, phase.size)
 
     def epoch_metric_names(self) -> list[str]:
         """The keys logged at every training and validation epoch's end: what a callback's `monitor`
@@ -290,18 +300,24 @@ class ImageClassifier(L.LightningModule):
         return [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]  # decay: the optimizer's own
 
     def total_steps(self) -> int:
-        """Optimizer steps of the whole run, counted from the datamodule (Lightning's
-        `estimated_stepping_batches` would build the train loader before a resumed run restores
-        its position)."""
+        """Optimizer steps of the whole run, counted from the datamodule epoch by epoch (a curriculum's
+        phases may differ in batch size; Lightning's `estimated_stepping_batches` would count the first
+        epoch's loader for every epoch, and build it before a resumed run restores its position)."""
         trainer = self.trainer
         counts = [trainer.max_steps] if trainer.max_steps and trainer.max_steps > 0 else []
         if trainer.max_epochs is not None and trainer.max_epochs > 0:
-            batches = trainer.datamodule.train_batches_per_epoch(trainer.world_size)
             limit = trainer.limit_train_batches
-            batches = (
-                min(batches, limit) if isinstance(limit, int) else int(batches * (limit if limit is not None else 1.0))
-            )
-            counts.append(math.ceil(batches / trainer.accumulate_grad_batches) * trainer.max_epochs)
+
+            def epoch_steps(epoch: int) -> int:
+                batches = trainer.datamodule.train_batches_per_epoch(trainer.world_size, epoch)
+                batches = (
+                    min(batches, limit)
+                    if isinstance(limit, int)
+                    else int(batches * (limit if limit is not None else 1.0))
+                )
+                return math.ceil(batches / trainer.accumulate_grad_batches)
+
+            counts.append(sum(epoch_steps(epoch) for epoch in range(trainer.max_epochs)))
         if not counts:
             raise ConfigError("set trainer.max_epochs or trainer.max_steps: the learning-rate schedule needs a length")
         return max(1, min(counts))

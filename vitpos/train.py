@@ -25,6 +25,7 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 from .callbacks import AtomicCheckpointIO, LastCheckpoint
 from .config import CONFIG_DIR, instantiate, to_container
 from .data import ImageDataModule
+from .data.curriculum import curriculum_tag
 from .errors import ConfigError, Preempted, RankLostError, check_setting, is_integer
 from .finetune import finetune_source
 from .model import as_built, image_size
@@ -78,6 +79,7 @@ def hparams_row(cfg: DictConfig, module: ImageClassifier, datamodule: ImageDataM
         "experiment": cfg.get("experiment") or "-",
         "finetuned_from": size_tag(trained_size) if trained_size else "-",
         "train_sizes": sizes_tag(cfg.train_img_sizes) if cfg.get("train_img_sizes") else "-",
+        "curriculum": curriculum_tag(cfg),
         "lr": cfg.optim.lr,
         "model": f"d{model['dim']}xL{model['depth']}xH{model['num_heads']}/p{model['patch_size']}",
     }
@@ -161,6 +163,11 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
             for key, value in to_container(cfg[group]).items()
             if key in saved[group] and to_container(saved[group][key]) != value  # keys it predates: unchanged
         ]
+        changed += [
+            f"{key}: {to_container(saved[key])} -> {to_container(cfg.get(key))}"
+            for key in TRAINING_SIZES
+            if key in saved and to_container(saved[key]) != to_container(cfg.get(key))  # keys it predates: unchanged
+        ]
         if changed:
             raise ConfigError(
                 f"cannot resume {path}: its run trained with other settings ({', '.join(changed)}); resume with "
@@ -237,6 +244,7 @@ def remove_run_folder(version_dir: Path, created: Path | None) -> None:
 LOSS_KEYS = {"label_smoothing", "mixup_alpha", "cutmix_alpha"}  # train.yaml's loss: (ImageClassifier arguments)
 # the settings a resumed run must share with the run it continues, besides the model (its saved config.yaml)
 TRAINING_SETTINGS = ("optim", "scheduler", "loss")
+TRAINING_SIZES = ("train_img_sizes", "batch_by_tokens", "curriculum", "curriculum_batch")  # top-level keys, likewise
 
 
 def build_module(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[ImageClassifier, list[int] | None]:
@@ -272,17 +280,26 @@ def build_module(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[ImageCla
     return module, trained_size
 
 
-def run_name_of(cfg: DictConfig, datamodule: ImageDataModule, module: ImageClassifier, trained_size) -> str:
-    """`<scheme>_<data>_<size>[_from_<size>][_train<sizes>]_seed<seed>`, or `run_name`. Runs of one
-    study share <log_dir>/<experiment>/; names start with the scheme and stay distinct by seed."""
+def check_training_sizes(cfg: DictConfig, datamodule: ImageDataModule, module: ImageClassifier) -> None:
+    """Every training size divides into patches, and a curriculum's phases fit the run's epochs."""
+    curriculum = datamodule.curriculum
+    for size in [*datamodule.train_img_sizes, *(curriculum.sizes if curriculum else [])]:
+        module.model.grid_for(size)
+    if curriculum:
+        curriculum.plan(cfg.trainer.max_epochs)
+
+
+def run_name_of(cfg: DictConfig, datamodule: ImageDataModule, trained_size) -> str:
+    """`<scheme>_<data>_<size>[_from_<size>][_train<sizes>|_curriculum<tag>]_seed<seed>`, or `run_name`.
+    Runs of one study share <log_dir>/<experiment>/; names start with the scheme and stay distinct by seed."""
     if cfg.run_name is not None:
         return str(cfg.run_name)  # run_name=nan: a name
     name = f"{scheme_label(cfg.pos).replace('+', '_')}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
     name += f"_from_{size_tag(trained_size)}" if trained_size else ""
     if is_mixed(datamodule):
-        for size in datamodule.train_img_sizes:
-            module.model.grid_for(size)  # every training size must divide into patches
         name += f"_train{sizes_tag(datamodule.train_img_sizes)}"
+    if datamodule.curriculum:
+        name += f"_curriculum{datamodule.curriculum.tag(cfg.trainer.max_epochs)}"
     return f"{name}_seed{cfg.seed}"
 
 
@@ -290,9 +307,18 @@ def is_mixed(datamodule: ImageDataModule) -> bool:
     return len(datamodule.train_img_sizes) > 1 or datamodule.train_img_sizes[0] != datamodule.img_size
 
 
-def trainer_config(cfg: DictConfig) -> dict:
-    """The Trainer's arguments with `precision=auto` resolved for the device."""
+def trainer_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
+    """The Trainer's arguments with `precision=auto` resolved for the device; a curriculum whose
+    batch follows the tokens has its training loader built anew each epoch (Lightning sizes an epoch
+    by the loader's length)."""
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    if datamodule.curriculum and datamodule.curriculum.batch == "tokens":
+        if trainer_cfg.get("reload_dataloaders_every_n_epochs", 0) not in (0, 1):
+            raise ConfigError(
+                "curriculum_batch=tokens rebuilds the training loader every epoch (each phase has its own "
+                "batch size); leave trainer.reload_dataloaders_every_n_epochs unset"
+            )
+        trainer_cfg["reload_dataloaders_every_n_epochs"] = 1
     trainer_cfg["precision"] = resolve_precision(
         trainer_cfg.get("precision", "auto"), trainer_cfg.get("accelerator", "auto")
     )
@@ -313,6 +339,8 @@ def start_run(
     OmegaConf.save(cfg, Path(logger.log_dir) / "config.yaml", resolve=True)
     grid = "x".join(map(str, module.model.grid))
     size_note = " | training sizes " + sizes_tag(datamodule.train_img_sizes) if is_mixed(datamodule) else ""
+    if datamodule.curriculum:
+        size_note = " | curriculum " + datamodule.curriculum.describe(trainer.max_epochs)
     source_note = " from " + datamodule.source if datamodule.source else ""
     print(
         f"vitpos: run {logger.log_dir} | pos={scheme_label(cfg.pos)} | {grid} grid "
@@ -341,7 +369,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     datamodule: ImageDataModule = instantiate(cfg.data)
     module, trained_size = build_module(cfg, datamodule)
-    run_name = run_name_of(cfg, datamodule, module, trained_size)
+    check_training_sizes(cfg, datamodule, module)
+    run_name = run_name_of(cfg, datamodule, trained_size)
     params = sum(p.numel() for p in module.model.parameters())
     run_root = Path(cfg.paths.log_dir, *([cfg.experiment] if cfg.get("experiment") else []), run_name)
     resume_from = resume_checkpoint(cfg, run_root.parent, run_name, module) if cfg.resume else None
@@ -368,7 +397,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             check_monitors(built, module)
             callbacks = [c for c in built.values() if c is not None]  # a factory returns None when switched off
             trainer = instantiate(
-                trainer_config(cfg), logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()]
+                trainer_config(cfg, datamodule), logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()]
             )
             if trainer.is_global_zero:
                 start_run(cfg, trainer, module, datamodule, trained_size, params)

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from ..errors import ConfigError
 from ..model import image_size
 from .augment import AUGMENTS, BATCH_POLICIES, random_crop_flip
+from .curriculum import Curriculum, Phase
 from .sampling import DeviceBatches, ResumableDataLoader, ShardedSampler, UInt8ImageDataset
 
 
@@ -45,6 +46,11 @@ class ImageDataModule(L.LightningDataModule):
         batch_by_tokens: with `train_img_sizes`, a step at a size larger than `img_size` keeps
             only the first batch_size x (img_size / size)^2 images of its batch, so no step holds
             more tokens than one at `img_size`.
+        curriculum: a resolution curriculum, phases [[size, share of the epochs], ...] ending at
+            `img_size` (`Curriculum`): every step of an epoch trains at its phase's size; validation
+            and test stay at `img_size`. None: `img_size` only.
+        curriculum_batch: `fixed` (`batch_size` images per step in every phase) or `tokens` (a
+            phase at a smaller size takes batch_size x (img_size / size)^2 images per step).
     """
 
     name: str
@@ -71,6 +77,8 @@ class ImageDataModule(L.LightningDataModule):
         device_resident: bool | str = "auto",
         train_img_sizes: list | None = None,
         batch_by_tokens: bool = False,
+        curriculum: list | None = None,
+        curriculum_batch: str = "fixed",
     ):
         super().__init__()
         if augment not in AUGMENTS:
@@ -94,6 +102,14 @@ class ImageDataModule(L.LightningDataModule):
         ]
         self.batch_by_tokens = batch_by_tokens
         self.batch_size = batch_size
+        self.curriculum = None
+        if curriculum is not None:
+            if train_img_sizes is not None or batch_by_tokens:
+                raise ConfigError(
+                    "curriculum and train_img_sizes (or batch_by_tokens) both choose the training sizes; "
+                    "set one of them (a curriculum's batch follows curriculum_batch=fixed|tokens)"
+                )
+            self.curriculum = Curriculum(curriculum, self.img_size, batch_size, curriculum_batch)
         self.augment = augment
         self.crop_padding = crop_padding
         self.hflip = hflip
@@ -120,10 +136,12 @@ class ImageDataModule(L.LightningDataModule):
         val_index, train_index = order[: self.val_size], order[self.val_size :]
         if self.train_subset:
             train_index = train_index[: self.train_subset]
-        if stage in (None, "fit") and len(train_index) < self.batch_size:  # training drops a partial batch
+        largest = self.batch_size if self.curriculum is None else self.curriculum.largest_batch()
+        if stage in (None, "fit") and len(train_index) < largest:  # training drops a partial batch
+            tokens = f", {largest} at the curriculum's first size" if largest > self.batch_size else ""
             raise ConfigError(
                 f"{len(train_index)} training images are fewer than one batch "
-                f"(data.batch_size={self.batch_size}); raise data.train_subset or lower data.batch_size"
+                f"(data.batch_size={self.batch_size}{tokens}); raise data.train_subset or lower data.batch_size"
             )
         self.train_set = UInt8ImageDataset(images[train_index], labels[train_index])
         self.val_set = UInt8ImageDataset(images[val_index], labels[val_index])
@@ -144,6 +162,7 @@ class ImageDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: UInt8ImageDataset, train: bool) -> DataLoader | DeviceBatches:
         rank, world_size = self._shard()
+        batch_size = self.train_batch_size() if train else self.batch_size
         sampler = ShardedSampler(
             len(dataset), shuffle=train, seed=self.shuffle_seed, rank=rank, world_size=world_size, equal_shards=train
         )
@@ -152,20 +171,38 @@ class ImageDataModule(L.LightningDataModule):
             split = "train" if dataset is self.train_set else "val" if dataset is self.val_set else "test"
             if split not in self._on_device:  # one copy per split for the whole run
                 self._on_device[split] = (dataset.images.to(device), dataset.labels.to(device))
-            return DeviceBatches(*self._on_device[split], sampler, self.batch_size, drop_last=train)
+            return DeviceBatches(*self._on_device[split], sampler, batch_size, drop_last=train)
         loader_class = ResumableDataLoader if train else DataLoader
         return loader_class(
             dataset,
-            batch_size=self.batch_size,
+            batch_size=batch_size,
             sampler=sampler,
             drop_last=train,
             generator=torch.Generator(),  # its own: without one, every epoch's iterator draws from the run's RNG
         )
 
-    def train_batches_per_epoch(self, world_size: int = 1) -> int:
-        """Training batches one rank takes per epoch (equal shards, last partial batch dropped)."""
+    def curriculum_phase(self, epoch: int | None = None) -> Phase | None:
+        """The curriculum's phase of `epoch` (default: the trainer's current epoch), of the trainer's
+        `max_epochs`; None without a curriculum."""
+        if self.curriculum is None:
+            return None
+        epoch = self.trainer.current_epoch if epoch is None else epoch
+        return self.curriculum.phase_at(epoch, self.trainer.max_epochs)
+
+    def train_batch_size(self, epoch: int | None = None) -> int:
+        """Images per training step on one rank in `epoch` (default: the trainer's current epoch)."""
+        phase = self.curriculum_phase(epoch)
+        return self.batch_size if phase is None else phase.batch_size
+
+    def rebatches_after(self, epoch: int) -> bool:
+        """Whether epoch `epoch + 1` steps with another batch size than `epoch` (a curriculum phase's end
+        with `curriculum_batch=tokens`)."""
+        return self.curriculum is not None and self.train_batch_size(epoch + 1) != self.train_batch_size(epoch)
+
+    def train_batches_per_epoch(self, world_size: int = 1, epoch: int = 0) -> int:
+        """Training batches one rank takes in `epoch` (equal shards, last partial batch dropped)."""
         self.setup()
-        return (len(self.train_set) // world_size) // self.batch_size
+        return (len(self.train_set) // world_size) // self.train_batch_size(epoch)
 
     def train_dataloader(self) -> DataLoader | DeviceBatches:
         self.train_loader = self._loader(self.train_set, train=True)
@@ -177,8 +214,12 @@ class ImageDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader | DeviceBatches:
         return self._loader(self.test_set, train=False)
 
-    def train_size(self, step: int) -> tuple[int, int]:
-        """The training size of optimizer step `step`: a function of (shuffle_seed, step) only."""
+    def train_size(self, step: int, epoch: int = 0) -> tuple[int, int]:
+        """The training size of optimizer step `step` in `epoch`: the curriculum's phase of the epoch,
+        else a function of (shuffle_seed, step) only; the same on every rank and after a resume."""
+        phase = self.curriculum_phase(epoch)
+        if phase is not None:
+            return phase.size
         if len(self.train_img_sizes) == 1:
             return self.train_img_sizes[0]
         generator = torch.Generator().manual_seed(self.shuffle_seed * 1_000_003 + step)
@@ -207,7 +248,7 @@ class ImageDataModule(L.LightningDataModule):
         if not training:
             return self.preprocess(images, train=False), labels
         self.train_loader.sampler.consumed += len(labels)  # exact resume position (see ShardedSampler)
-        size = self.train_size(self.trainer.global_step)
+        size = self.train_size(self.trainer.global_step, self.trainer.current_epoch)
         if self.batch_by_tokens:
             keep = max(1, round(len(labels) * self.img_size[0] * self.img_size[1] / (size[0] * size[1])))
             images, labels = images[:keep], labels[:keep]  # (k, C, h, w): tokens of one img_size step at most
