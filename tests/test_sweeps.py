@@ -23,7 +23,7 @@ EXPANSIONS = [  # (a sweep, the key it sets, its value in each job's composed co
     ("seed=shuffle(range(0,3))", "seed", None),  # 0, 1, 2 in a random order
     ("pos=choice(none,cpe)", "pos.name", ["none", "cpe"]),
     ("pos=glob(rope_*)", "pos.name", ["rope_axial", "rope_mixed"]),
-    ("pos=glob(*,exclude=[*_learned,*_sin,rope_*,rel_*,alibi_2d,cpb])", "pos.name", ["cpe", "none"]),
+    ("pos=glob(*,exclude=[*_learned,*_sin,rope_*,rel_*,alibi_2d,cpb,lookhere,fire])", "pos.name", ["cpe", "none"]),
     ("train_img_sizes=[24,32],[32,40]", "train_img_sizes", [[24, 32], [32, 40]]),
     ("run_name='a,b'", "run_name", ["a,b"]),  # a quoted comma is one value, not a sweep
     ("run_name='a b','c,d'", "run_name", ["a b", "c,d"]),
