@@ -84,8 +84,9 @@ if [ $SMOKE = 1 ]; then
   TBATCH=16 TSTEPS=1 TREPEATS=1 MODES=
   SCHEMES=${ABLATION_SCHEMES:-none,rel_shaw}
   C_EPOCHS=2 C_MARGIN=60 D_EPOCHS=1 D_MARGIN=40
-  # toy sizes: a few batches of a tiny stand-in, CPU bf16 where supported
-  TOY="data.batch_size=16 data.val_size=40 trainer.limit_train_batches=3 trainer.limit_val_batches=2 trainer.limit_test_batches=2"
+  # toy sizes: a few batches of a tiny stand-in, CPU bf16 where supported; one process per run (the
+  # ablation's runs already share the cores)
+  TOY="data.batch_size=16 data.val_size=40 trainer.limit_train_batches=3 trainer.limit_val_batches=2 trainer.limit_test_batches=2 trainer.devices=1"
   EVAL="batch_size=64 limit=64" DDP="trainer=cpu_ddp trainer.precision=32-true" DDP_STEPS=4
   CIFAR10=$WORK/cifar10-jpeg.tar.gz   # a CIFAR-10-like JPEG tree: 10 classes, 16 train / 8 test images each
   $PY - "$CIFAR10" <<'EOF' || { echo "error: cannot write the stand-in CIFAR-10 under $WORK" >&2; exit 2; }

@@ -35,6 +35,7 @@ def test_a_run_logged_to_a_file_is_short_and_says_what_matters(tmp_path):
             "data.batch_size=16",
             "trainer.max_epochs=2",
             "trainer.accelerator=cpu",
+            "trainer.devices=1",  # one process: 2 on this CPU would re-run the command line
             "callbacks.figures=null",
             "trainer.log_every_n_steps=1",
             "pos=2d_sin",

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from vitpos.module import ImageClassifier
+from vitpos.precision import cpu_cores as precision_cores
 from vitpos.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,3 +160,77 @@ def test_nan_on_one_rank_stops_the_whole_job(tmp_path):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     # NaN from step 6 on rank 1; checks after steps 3, 7, ...: the check after step 7 stops the job
     assert errors and "non-finite training loss between steps 4 and 7" in errors[0]
+
+
+CHOICES = [  # (machine: CUDA visible, CPU cores; overrides; devices, strategy, batch per process; words of the line)
+    ((False, 2), [], 2, "ddp", 64, "2 processes (DDP) on this 2-core CPU"),
+    ((False, 16), [], 2, "ddp", 64, "2 processes (DDP) on this 16-core CPU"),
+    ((False, 1), [], 1, "auto", 128, "one process on this 1-core CPU"),
+    ((True, 16), ["trainer.accelerator=auto"], 1, "auto", 128, "one process on GPU A Test GPU"),
+    ((True, 16), [], 2, "ddp", 64, "2 processes (DDP) on this 16-core CPU"),  # accelerator=cpu asked for
+    ((False, 2), ["data.batch_size=65"], 1, "auto", 65, "one process: data.batch_size=65 does not split over 2"),
+    ((False, 2), ["trainer.devices=1"], 1, "auto", 128, None),  # pinned: no choice, no line
+    ((False, 2), ["trainer=cpu_ddp", "data.batch_size=64"], 2, "ddp", 64, None),
+    ((False, 2), ["trainer=gpu"], 1, "auto", 128, None),
+]
+
+
+@pytest.mark.parametrize("machine, overrides, processes, strategy, batch, line", CHOICES)
+def test_the_default_trainer_picks_the_fastest_form_for_the_machine(
+    machine, overrides, processes, strategy, batch, line, make_config, monkeypatch
+):
+    """trainer=default (devices=auto) on the command line: 2 DDP processes on a multi-core CPU, each
+    with half of data.batch_size, so the global batch (and every optimizer step) is one process's;
+    one process on a GPU or a single core; a line saying which. A trainer that names its devices is
+    left as it is."""
+    from vitpos import precision
+    from vitpos.__main__ import choose_processes
+
+    cuda, cores = machine
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "A Test GPU")
+    monkeypatch.setattr(precision, "cpu_cores", lambda: cores)
+    cfg = make_config(["data=synthetic", *overrides])  # make_config asks for trainer.accelerator=cpu
+    if "trainer.accelerator=auto" in overrides:
+        cfg.trainer.accelerator = "auto"
+    chosen, said = choose_processes(cfg)
+    assert (int(chosen.trainer.devices), chosen.trainer.strategy, chosen.data.batch_size) == (
+        processes,
+        strategy,
+        batch,
+    )
+    if line is None:
+        assert said is None and chosen == cfg
+    else:
+        assert said.startswith(f"vitpos: trainer: {line}")
+        assert cfg.trainer.devices == "auto"  # the choice is a new config
+        if processes > 1:
+            assert chosen.data.batch_size * processes == cfg.data.batch_size and "trainer.devices=1" in said
+
+
+def test_a_run_started_in_process_trains_as_one_process(make_config):
+    """train(cfg) called from Python cannot re-run a command line: devices=auto is one process there."""
+    from vitpos.train import trainer_config
+
+    cfg = make_config(["data=synthetic"])
+    assert cfg.trainer.devices == "auto" and trainer_config(cfg)["devices"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(precision_cores() < 2, reason="one core: the default trainer runs one process")
+def test_the_default_trainer_trains_on_two_processes_on_a_multicore_cpu(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *BASE, "pos=2d_sin", "data.batch_size=64"],
+        cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "vitpos: trainer: 2 processes (DDP) on this" in result.stdout
+    assert "data.batch_size=64 is split, 32 per process" in result.stdout
+    output = result.stdout + result.stderr
+    assert output.count("MEMBER: 1/2") == 1 and output.count("MEMBER: 2/2") == 1
+    runs = list((tmp_path / "logs").glob("2d_sin_synthetic_32px_seed*/version_*"))
+    assert len(runs) == 1 and "batch_size: '64'" in (runs[0] / "hparams.yaml").read_text()  # the global batch

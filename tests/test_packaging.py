@@ -61,6 +61,7 @@ def test_built_wheel_trains_evaluates_and_compares_outside_the_checkout(tmp_path
         "data.val_size=64",
         "data.num_test=64",
         "trainer.enable_progress_bar=false",
+        "trainer.devices=1",
         "callbacks.figures=null",
         cwd=work,
     )

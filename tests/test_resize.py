@@ -831,6 +831,7 @@ def test_cli_finetune_takes_the_checkpoints_data_and_refuses_architecture_overri
         "trainer.limit_val_batches=1",
         "trainer.limit_test_batches=1",
         "trainer.enable_progress_bar=false",
+        "trainer.devices=1",
         "callbacks.figures=null",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")

@@ -35,6 +35,7 @@ RUN = [
     "test_after_fit=false",
     "trainer.enable_progress_bar=false",
     "trainer.accelerator=cpu",
+    "trainer.devices=1",  # one process, whatever the machine: trainer=default would pick
     "pos=rel_bias",
 ]
 

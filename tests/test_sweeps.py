@@ -90,6 +90,7 @@ TINY = [
     "trainer.limit_test_batches=1",
     "trainer.precision=32-true",
     "trainer.accelerator=cpu",
+    "trainer.devices=1",  # in-process jobs: 2 processes would run each job as its own command
     "trainer.enable_progress_bar=false",
     "callbacks.figures=null",
 ]

@@ -2,6 +2,7 @@
 (`python train.py ...` in a checkout is the same). Hydra entry point around `vitpos.train.train(cfg)`;
 the configs are vitpos/configs/ (train.yaml and its groups), `--help` lists them."""
 
+import copy
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from vitpos.console import quiet_third_party
 from vitpos.errors import EXIT_PREEMPTED, ConfigError, Preempted, VitposError, print_line
 from vitpos.errors import report as report_error
 from vitpos.finetune import finetune_config
+from vitpos.precision import fastest_processes
 from vitpos.runs import LEGACY_OPTIM_KEYS
 from vitpos.train import train
 
@@ -183,14 +185,42 @@ def main() -> float | None:
     return hydra_main()
 
 
+def choose_processes(cfg: DictConfig) -> tuple[DictConfig, str | None]:
+    """`trainer.devices=auto` with `strategy=auto` on one node (trainer=default): the config with the
+    fastest form for this machine (`precision.fastest_processes`), several processes sharing
+    `data.batch_size` so the global batch and the optimizer steps stay those of one process, and the
+    line that says so; other trainers as they are (no line)."""
+    trainer = cfg.trainer
+    if str(trainer.get("devices")) != "auto" or str(trainer.get("strategy")) != "auto":
+        return cfg, None
+    if str(trainer.get("num_nodes")) not in ("1", "None"):
+        return cfg, None
+    processes, why = fastest_processes(str(trainer.get("accelerator")))
+    batch = cfg.data.get("batch_size")
+    if processes > 1 and (not isinstance(batch, int) or batch % processes):
+        processes, why = 1, f"one process: data.batch_size={batch} does not split over {processes} processes"
+    cfg = copy.deepcopy(cfg)
+    cfg.trainer.devices = processes
+    if processes == 1:
+        return cfg, f"vitpos: trainer: {why}"
+    cfg.trainer.strategy, cfg.trainer.accelerator, cfg.data.batch_size = "ddp", "cpu", batch // processes
+    return cfg, (
+        f"vitpos: trainer: {why}; data.batch_size={batch} is split, {batch // processes} per process "
+        f"(trainer.devices=1 for one process)"
+    )
+
+
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def hydra_main(cfg: DictConfig) -> float | None:
     quiet_third_party()
     try:
-        if HydraConfig.get().mode == RunMode.MULTIRUN and relaunches_command_line(cfg.trainer):
+        if HydraConfig.get().mode == RunMode.MULTIRUN and relaunches_command_line(choose_processes(cfg)[0].trainer):
             metrics = run_job_as_its_own_command()
         else:
-            metrics = train(finetune_config(cfg))
+            cfg, chosen = choose_processes(finetune_config(cfg))
+            if chosen and rank_zero_only.rank == 0:  # the other processes re-run this command: the same choice
+                print(chosen, flush=True)
+            metrics = train(cfg)
     except VitposError as error:
         sys.exit(report_error(error))
     except Preempted as stop:

@@ -1,4 +1,5 @@
-"""Which precision a run uses: `auto` is bf16 mixed precision where bf16 is native, else fp32."""
+"""Which precision a run uses (`auto` is bf16 mixed precision where bf16 is native, else fp32), how
+many processes train fastest on this machine, and the device's description."""
 
 from __future__ import annotations
 
@@ -55,9 +56,31 @@ def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return fields["model name"]
 
 
+def cpu_cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def fastest_processes(accelerator: str = "auto") -> tuple[int, str]:
+    """How many processes train a small ViT fastest on this machine where `accelerator` runs, and
+    why, as a phrase: one on a GPU; two (DDP) on a CPU of two cores or more, where a second process
+    gains more than a second thread (docs/PERFORMANCE.md); one on a single core."""
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return 1, f"one process on GPU {torch.cuda.get_device_name(0)} (trainer=ddp trains on several)"
+    cores = cpu_cores()
+    if accelerator not in ("auto", "cpu"):
+        return 1, f"one process on accelerator {accelerator}"
+    if cores < 2:
+        return 1, "one process on this 1-core CPU"
+    return 2, (
+        f"2 processes (DDP) on this {cores}-core CPU: a small ViT trains faster on a second process than on a "
+        f"second thread"
+    )
+
+
 def device_description(device: torch.device) -> str:
     """`GPU NVIDIA H200` or `CPU AMD EPYC (2 cores, native bf16)`: what a run's times depend on."""
     if device.type == "cuda":
         return f"GPU {torch.cuda.get_device_name(device)}"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"CPU {cpu_name()} ({cores} cores, {'native bf16' if bf16_supported('cpu') else 'no native bf16'})"
+    native = "native bf16" if bf16_supported("cpu") else "no native bf16"
+    return f"CPU {cpu_name()} ({cpu_cores()} cores, {native})"

@@ -307,12 +307,15 @@ def is_mixed(datamodule: ImageDataModule) -> bool:
     return len(datamodule.train_img_sizes) > 1 or datamodule.train_img_sizes[0] != datamodule.img_size
 
 
-def trainer_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
-    """The Trainer's arguments with `precision=auto` resolved for the device; a curriculum whose
-    batch follows the tokens has its training loader built anew each epoch (Lightning sizes an epoch
-    by the loader's length)."""
+def trainer_config(cfg: DictConfig, datamodule: ImageDataModule | None = None) -> dict:
+    """The Trainer's arguments with `precision=auto` resolved for the device, and `devices=auto`
+    (trainer=default) as one process: only the command line picks several (`python -m vitpos`), since
+    Lightning starts the other processes by re-running it. A curriculum whose batch follows the tokens
+    has its training loader built anew each epoch (Lightning sizes an epoch by the loader's length)."""
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    if datamodule.curriculum and datamodule.curriculum.batch == "tokens":
+    if str(trainer_cfg.get("devices")) == "auto":
+        trainer_cfg["devices"] = 1
+    if datamodule is not None and datamodule.curriculum and datamodule.curriculum.batch == "tokens":
         if trainer_cfg.get("reload_dataloaders_every_n_epochs", 0) not in (0, 1):
             raise ConfigError(
                 "curriculum_batch=tokens rebuilds the training loader every epoch (each phase has its own "
