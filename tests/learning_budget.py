@@ -1,7 +1,7 @@
 """The learning tests' shared budget: on `synthetic` the label is the relative placement of two
 shapes, so `none` (a bag of patches under average pooling) cannot beat chance (25%) while schemes
 with a position signal can. Same budget for every scheme, fixed seeds. The schemes are split over
-two test files so that `pytest -n 2 --dist loadfile` trains them on both workers at once."""
+three test files (3, 2 and 1 runs) so that `pytest -n 2 --dist loadfile` keeps both workers busy."""
 
 from __future__ import annotations
 
