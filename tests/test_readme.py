@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import re
 import shlex
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -33,7 +34,20 @@ README = ROOT / "README.md"
 # the measured records and design notes: their commands name the copies and folders of their own runs
 RECORDS = {"RESULTS.md", "PERFORMANCE.md", "DESIGN.md"}
 GUIDES = [README, *(page for page in sorted((ROOT / "docs").glob("*.md")) if page.name not in RECORDS)]
-SHARED_COPY = ROOT.parent / "shared" / "data" / "cifar10-jpeg.tar.gz"  # CI lays shared/ beside the checkout
+
+
+def shared_copy() -> Path:
+    """The shared JPEG copy: CI lays shared/ beside the checkout; a clone of a checkout elsewhere finds
+    it beside the checkout it was cloned from."""
+    origin = subprocess.run(
+        ["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"], capture_output=True, text=True
+    ).stdout.strip()
+    beside = [ROOT.parent] + ([Path(origin).parent] if origin and Path(origin).is_dir() else [])
+    candidates = [folder / "shared" / "data" / "cifar10-jpeg.tar.gz" for folder in beside]
+    return next((path for path in candidates if path.is_file()), candidates[0])
+
+
+SHARED_COPY = shared_copy()
 
 TEMPLATE = re.compile(r"<|\.\.\.|\s\|\s|\[[a-z]")  # a usage form in prose: <arg>, ..., a | b, [option=...]
 
@@ -178,7 +192,7 @@ def test_readme_offline_command_reads_the_official_archive(tmp_path, monkeypatch
 @pytest.mark.slow
 def test_readme_offline_command_reads_the_shared_jpeg_copy(tmp_path, monkeypatch):
     """The same command with `data.root=` naming the shared JPEG copy (decoded without a cache here)."""
-    assert SHARED_COPY.is_file(), f"CI lays shared/ beside the checkout; {SHARED_COPY} is missing"
+    assert SHARED_COPY.is_file(), f"shared/ lies beside the checkout in CI; {SHARED_COPY} is missing"
     overrides = [w for w in readme_cifar10_command(offline=True) if not w.startswith("data.root=")]
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", no_network)
     datamodule = readme_datamodule([*overrides, f"data.root={SHARED_COPY}", "data.cache_dir=null"], tmp_path)
