@@ -3,7 +3,7 @@
 of step, with the path `attn_impl=auto` takes: the measurement behind `auto`'s rule
 (docs/PERFORMANCE.md). Not a test: it prints figures and writes JSON.
 
-    python benchmarks/attention.py                                    # vit_mini, 8x8 to 24x24 grids
+    python benchmarks/attention.py                                    # vit_800k, 8x8 to 24x24 grids
     python benchmarks/attention.py --schemes none,rel_bias --img-sizes 32,64 --batch 64
 
 Each figure is images/s, the median over `--repeats` windows of `--steps` steps after warm-up:
@@ -38,7 +38,7 @@ def auto_path(model: vitpos.VisionTransformer, device: torch.device, kind: str) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="vit_mini", help="the size of configs/model/<name>.yaml")
+    parser.add_argument("--model", default="vit_800k", help="the size of configs/model/<name>.yaml")
     parser.add_argument("--schemes", default="none,1d_learned,rel_bias,rope_axial")
     parser.add_argument("--img-sizes", default="32,64,96", help="input sizes in px (grids of the model's patch)")
     parser.add_argument("--kinds", default="train,eval")

@@ -3,7 +3,7 @@ config, precision and batch (issue: "Speed"). Not a test: it prints figures and 
 
     python benchmarks/throughput.py                         # ViT-Ti/4 @ 32 px, batch 256, bf16 where supported
     python benchmarks/throughput.py --batch 128 --steps 10 --out benchmarks/results/cpu.json
-    python benchmarks/throughput.py --model vit_mini --schemes 1d_learned --loader-images 0   # another size
+    python benchmarks/throughput.py --model vit_800k --schemes 1d_learned --loader-images 0   # another size
 
 Measures, each as the median over `--repeats` rounds of `--steps` steps after warm-up, the rounds
 taken round-robin over all models (so a drift of the machine's speed affects every model alike):
@@ -234,7 +234,7 @@ def main() -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="the size of configs/model/<name>.yaml (vit_mini, vit_tiny, ...); default ViT-Ti/4",
+        help="the size of configs/model/<name>.yaml (vit_800k, vit_tiny, ...); default ViT-Ti/4",
     )
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5, help="steps per timed window")

@@ -5,9 +5,9 @@
 # Steps, in this order, each with its own time budget (timeout), each writing its figures into the
 # output folder as soon as it ends, so a step that fails or times out later loses nothing earlier:
 #   a. tests       tests/test_device.py with CUDA visible                                      55 s
-#   b. throughput  vitpos vs timm at equal size (vit_mini, vit_tiny), batch 1024, bf16, eager,
+#   b. throughput  vitpos vs timm at equal size (vit_800k, vit_tiny), batch 1024, bf16, eager,
 #                  then torch.compile default and reduce-overhead (CUDA graphs)               130 s
-#   c. ablation    experiment=cifar10_schh (the published small-ViT ablation's recipe), 9 schemes at
+#   c. ablation    experiment=cifar10_published (the published small-ViT ablation's recipe), 9 schemes at
 #                  once through Hydra's joblib launcher, the epochs that fit (said in the output) 190 s
 #   d. strongest   experiment=cifar10 (ViT-Ti/4, 2.7M), the epochs that fit: accuracy per GPU minute 70 s
 #   e. transfer    step c's checkpoints at 32/48/64 px (vitpos.evaluate); a trainer=ddp launch    65 s
@@ -161,15 +161,15 @@ report tests
 wait $DECODE || say "decode: FAILED (see $LOG); the training steps decode the copy themselves"
 
 # --- b. throughput: vitpos vs timm at equal size, eager, then compiled ------------------------------
-for model in vit_mini vit_tiny; do
+for model in vit_800k vit_tiny; do
   # shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
   step "throughput_${model}_eager" "$B_EAGER" $PY benchmarks/throughput.py --device "$DEVICE" --model "$model" \
     --batch "$TBATCH" --steps "$TSTEPS" --warmup 2 --repeats "$TREPEATS" --schemes none,1d_learned \
-    --loader-images "$([ "$model" = vit_mini ] && echo $((TBATCH * 40)) || echo 0)" --out "$WORK/throughput_${model}_eager.json"
+    --loader-images "$([ "$model" = vit_800k ] && echo $((TBATCH * 40)) || echo 0)" --out "$WORK/throughput_${model}_eager.json"
   report throughput
 done
 if [ -n "$MODES" ]; then
-  for model in vit_mini vit_tiny; do
+  for model in vit_800k vit_tiny; do
     # shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
     step "throughput_${model}_compiled" "$B_COMPILED" $PY benchmarks/throughput.py --device "$DEVICE" --model "$model" \
       --batch "$TBATCH" --steps "$TSTEPS" --warmup 3 --repeats "$TREPEATS" --schemes 1d_learned --loader-images 0 \
@@ -187,7 +187,7 @@ say "ablation: ${JOBS} runs at once, ${C_EPOCHS} epochs planned (the schedule's 
     "$((B_ABLATION - C_MARGIN)) s if not done; RandAugment batched on the GPU"
 # shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
 step ablation "$B_ABLATION" env OMP_NUM_THREADS=1 $PY train.py -m hydra/launcher=joblib hydra.launcher.n_jobs="$JOBS" \
-  experiment=cifar10_schh "pos=$SCHEMES" seed=0 trainer="$TRAINER" trainer.max_epochs="$C_EPOCHS" \
+  experiment=cifar10_published "pos=$SCHEMES" seed=0 trainer="$TRAINER" trainer.max_epochs="$C_EPOCHS" \
   trainer.max_time="$(hms $((B_ABLATION - C_MARGIN)))" $QUIET $TOY \
   paths.log_dir="$LOGS/ablation" hydra.sweep.dir="$LOGS/ablation/hydra"
 report ablation "$C_EPOCHS"
@@ -202,11 +202,11 @@ report strongest "$D_EPOCHS"
 
 # --- e. step c's checkpoints at 32/48/64 px, and a DDP launch over all visible devices -------------
 # shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
-step transfer "$B_EVAL" $PY -m vitpos.evaluate ckpt="$LOGS/ablation/cifar10_schh" "img_sizes=[32,48,64]" \
+step transfer "$B_EVAL" $PY -m vitpos.evaluate ckpt="$LOGS/ablation/cifar10_published" "img_sizes=[32,48,64]" \
   device="$DEVICE" out="$WORK/evaluate" $EVAL
 report transfer
 # shellcheck disable=SC2086  # split into words on purpose: $PY, $QUIET, $TOY, $EVAL, $DDP
-step ddp "$B_DDP" $PY train.py data=synthetic model=vit_micro pos=rel_bias $DDP trainer.max_steps="$DDP_STEPS" \
+step ddp "$B_DDP" $PY train.py data=synthetic model=vit_70k pos=rel_bias $DDP trainer.max_steps="$DDP_STEPS" \
   run_name=ddp_check callbacks.figures=null trainer.enable_progress_bar=false paths.log_dir="$LOGS/ddp"
 report ddp
 

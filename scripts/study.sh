@@ -8,7 +8,7 @@
 #   bash scripts/study.sh long     # cifar10: LONG_SCHEMES x LONG_SEEDS on the longer LONG_EXPERIMENT (whether
 #                                  # the ranking moves with the training budget; test accuracy only)
 #   bash scripts/study.sh published  # cifar10: PUBLISHED_SCHEMES x PUBLISHED_SEEDS on the published ablation's own
-#                                  # recipe, 200 epochs (experiment=cifar10_schh; test accuracy only)
+#                                  # recipe, 200 epochs (experiment=cifar10_published; test accuracy only)
 #   bash scripts/study.sh park     # each interrupted run in LOGS (last.ckpt, no results.json) copied to PARKED,
 #                                  # checkpoints included, so a run of many hours continues on another machine
 #   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare; cifar10:
@@ -57,7 +57,7 @@ case $DATASET in
     PUBLISHED=published/cifar10_small_vit_ablation.csv    # in RESULTS: the ablation the study is read beside
     LONG_EXPERIMENT=cifar10_cpu    # 35 epochs instead of 15, for three of the published ablation's schemes
     LONG_SCHEMES=${LONG_SCHEMES-none,1d_learned,rel_shaw}
-    PUBLISHED_EXPERIMENT=cifar10_schh    # the published ablation's recipe: 200 epochs, RandAugment, test every epoch
+    PUBLISHED_EXPERIMENT=cifar10_published    # the published ablation's recipe: 200 epochs, RandAugment, test every epoch
     PUBLISHED_SCHEMES=${PUBLISHED_SCHEMES-none,1d_learned,2d_sin,rel_shaw,rope_axial}
     DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
   fmnist)

@@ -10,7 +10,7 @@ TB=; trap 'kill $TB 2>/dev/null || true; rm -rf "$LOGS"' EXIT
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -z "$browser" ]; then echo "error: no Chromium found; apt-get install chromium" >&2; exit 2; fi
 for pos in none rel_bias; do
-  python train.py data=synthetic model=vit_micro pos=$pos trainer.max_steps=120 \
+  python train.py data=synthetic model=vit_70k pos=$pos trainer.max_steps=120 \
     trainer.val_check_interval=20 trainer.log_every_n_steps=5 paths.log_dir="$LOGS" \
     trainer.enable_progress_bar=false > /dev/null
 done

@@ -55,7 +55,7 @@ def tiny_overrides() -> list[str]:
     """A micro model on a small synthetic set: a full train+test run takes a few seconds."""
     return [
         "data=synthetic",
-        "model=vit_micro",
+        "model=vit_70k",
         "data.num_train=640",
         "data.num_test=128",
         "data.val_size=128",

@@ -11,7 +11,7 @@ from vitpos.train import train
 
 BUDGET = [
     "data=synthetic",
-    "model=vit_micro",
+    "model=vit_70k",
     "data.num_train=2560",
     "data.val_size=256",
     "data.num_test=512",

@@ -171,7 +171,7 @@ def test_cli_prints_one_error_line_with_exit_code_2(tmp_path):
             sys.executable,
             str(ROOT / "train.py"),
             "data=synthetic",
-            "model=vit_micro",
+            "model=vit_70k",
             "data.augment=foo",
             f"paths.log_dir={tmp_path / 'logs'}",
         ],

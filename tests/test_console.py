@@ -28,7 +28,7 @@ def test_a_run_logged_to_a_file_is_short_and_says_what_matters(tmp_path):
             sys.executable,
             str(ROOT / "train.py"),
             "data=synthetic",
-            "model=vit_micro",
+            "model=vit_70k",
             "data.num_train=1280",
             "data.val_size=128",
             "data.num_test=128",

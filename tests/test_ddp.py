@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VIT_MICRO = dict(patch_size=4, dim=64, depth=2, num_heads=2, mlp_ratio=2.0, drop_path_rate=0.0, img_size=32)
 BASE = [
     "data=synthetic",
-    "model=vit_micro",
+    "model=vit_70k",
     "data.num_train=640",
     "data.val_size=127",
     "data.num_test=64",

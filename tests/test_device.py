@@ -88,7 +88,7 @@ def test_short_fit_on_the_device_with_device_resident_data(tmp_path, device):
     cfg = compose_config(
         [
             "data=synthetic",
-            "model=vit_micro",
+            "model=vit_70k",
             "pos=rope_mixed",
             "data.num_train=640",
             "data.num_test=128",

@@ -224,7 +224,7 @@ def test_train_on_a_folder_of_ones_own_images_from_the_command_line(tmp_path):
         "data.val_size=8",
         "data.batch_size=8",
         "img_size=16",
-        "model=vit_micro",
+        "model=vit_70k",
         "trainer.max_steps=2",
         "trainer.accelerator=cpu",
         "trainer.devices=1",
@@ -257,7 +257,7 @@ def test_the_readme_fine_tune_command_reads_the_copy_its_checkpoint_was_trained_
     small = ["data.val_size=8", "data.batch_size=8", "data.download=false", "trainer.precision=32-true"]
     trained = train(
         make_config(
-            ["pos=cpe", "model=vit_micro", f"data.root={copy}", *small, "trainer.max_steps=2", "callbacks.figures=null"]
+            ["pos=cpe", "model=vit_70k", f"data.root={copy}", *small, "trainer.max_steps=2", "callbacks.figures=null"]
         )
     )
     command = [

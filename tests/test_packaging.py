@@ -53,7 +53,7 @@ def test_built_wheel_trains_evaluates_and_compares_outside_the_checkout(tmp_path
         "vitpos",
         "pos=rel_bias",
         "data=synthetic",
-        "model=vit_micro",
+        "model=vit_70k",
         "trainer.max_steps=3",
         "trainer.limit_val_batches=1",
         "trainer.limit_test_batches=1",

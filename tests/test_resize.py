@@ -38,7 +38,7 @@ from vitpos.train import resume_checkpoint, train
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = vitpos.list_pos()
 NUM_CLASSES = 4  # data=synthetic
-TRAIN_SIZE = 32  # vit_micro has patch 4: an 8 x 8 grid
+TRAIN_SIZE = 32  # vit_70k has patch 4: an 8 x 8 grid
 OTHER_SIZES = [48, (32, 48), (16, 64)]  # larger, rectangular, and same token count as 32x32 but 4 x 16
 
 
@@ -54,11 +54,11 @@ def subprocess_env() -> dict:
 
 
 def model_kwargs(pos: str, **pos_overrides) -> dict:
-    """`create_model` arguments as train.py builds them: configs/model/vit_micro + configs/pos/<pos>."""
+    """`create_model` arguments as train.py builds them: configs/model/vit_70k + configs/pos/<pos>."""
     pos_kwargs = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "pos" / f"{pos}.yaml"))
     pos_kwargs.pop("name")
     pos_kwargs.update(pos_overrides)
-    model = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "model" / "vit_micro.yaml"))
+    model = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "model" / "vit_70k.yaml"))
     model.pop("compile")  # a training option, not an architecture argument (as in vitpos.train.model_config)
     return dict(model, pos=pos, pos_kwargs=pos_kwargs, img_size=TRAIN_SIZE, num_classes=NUM_CLASSES, in_chans=3)
 
@@ -94,7 +94,7 @@ def perturb_positional_(model: vitpos.VisionTransformer, seed: int, std: float =
 
 @pytest.fixture(scope="module")
 def scheme_ckpts(tmp_path_factory) -> dict[str, Path]:
-    """One 32 px checkpoint per scheme (vit_micro, 4 classes), positional parameters perturbed."""
+    """One 32 px checkpoint per scheme (vit_70k, 4 classes), positional parameters perturbed."""
     folder = tmp_path_factory.mktemp("scheme_ckpts")
     paths = {}
     for index, pos in enumerate(SCHEMES):

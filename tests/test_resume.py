@@ -22,7 +22,7 @@ from vitpos.module import PROGRESS_KEY
 ROOT = Path(__file__).resolve().parents[1]
 RUN = [
     "data=synthetic",
-    "model=vit_micro",
+    "model=vit_70k",
     "data.num_train=640",
     "data.val_size=128",
     "data.num_test=128",

@@ -219,7 +219,7 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
         PUBLISHED_SCHEMES="rel_shaw",
     )
     study(tmp_path, dict(env, SCHEMES="none", SEEDS="0"))  # none, seed 0: every step, archived
-    parked = tmp_path / "results" / "study_parked" / "cifar10_schh" / "rel_shaw_cifar10_32px_seed0"
+    parked = tmp_path / "results" / "study_parked" / "cifar10_published" / "rel_shaw_cifar10_32px_seed0"
     make_run(parked / "version_0", "checkpoints/last.ckpt")
     shutil.rmtree(tmp_path / "logs")  # as on a new machine
     (tmp_path / "calls").unlink()
@@ -241,7 +241,7 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
         *[("to do", study_run(pos, "", 1)) for pos in ("none", "2d_sin", "cpe")],
         ("to do", study_run("2d_sin_fuzzy", "", 1)),
         ("to do", "cifar10_cpu/none_cifar10_32px_seed0"),
-        ("parked", "cifar10_schh/rel_shaw_cifar10_32px_seed0"),
+        ("parked", "cifar10_published/rel_shaw_cifar10_32px_seed0"),
     ]
     assert lines[2].endswith(f"(resumes from its last.ckpt in {tmp_path}/logs)")
     logs = f"{tmp_path}/results/study_logs and {tmp_path}/logs"
@@ -259,16 +259,16 @@ def test_published_runs_train_the_published_recipe_and_are_archived_without_eval
     calls = study(tmp_path, env, "published")
     logs = tmp_path / "logs"
     assert calls == [
-        f"train.py experiment=cifar10_schh pos={pos} seed=0 paths.log_dir={logs} {QUIET}"
+        f"train.py experiment=cifar10_published pos={pos} seed=0 paths.log_dir={logs} {QUIET}"
         for pos in ("none", "rope_axial")
     ]
-    archive = tmp_path / "results" / "study_logs" / "cifar10_schh"
+    archive = tmp_path / "results" / "study_logs" / "cifar10_published"
     assert sorted(p.name for p in archive.iterdir()) == ["none_cifar10_32px_seed0", "rope_axial_cifar10_32px_seed0"]
 
 
 def test_a_parked_run_continues_on_another_machine_and_its_archive_replaces_it(tmp_path):
     env = fake_env(tmp_path, PUBLISHED_SCHEMES="rel_shaw")
-    run = "cifar10_schh/rel_shaw_cifar10_32px_seed0"
+    run = "cifar10_published/rel_shaw_cifar10_32px_seed0"
     logs, parked = tmp_path / "logs", tmp_path / "results" / "study_parked"
     make_run(logs / run / "version_0", "checkpoints/last.ckpt", "checkpoints/best-epoch3-step9.ckpt", "metrics.csv")
     make_run(logs / run / "version_0", "figures/attention.png")
@@ -283,7 +283,7 @@ def test_a_parked_run_continues_on_another_machine_and_its_archive_replaces_it(t
     shutil.rmtree(logs)  # a new machine: only the checkout, with the parked run
     calls = study(tmp_path, env, "published")
     assert calls == [
-        f"train.py experiment=cifar10_schh pos=rel_shaw seed=0 paths.log_dir={logs} {QUIET} resume=true"
+        f"train.py experiment=cifar10_published pos=rel_shaw seed=0 paths.log_dir={logs} {QUIET} resume=true"
     ]  # continued from the parked last.ckpt, not started again
     assert not (parked / run).exists()  # archived: the parked copy is gone
     assert (tmp_path / "results" / "study_logs" / run / "version_0" / "results.json").is_file()

@@ -80,7 +80,7 @@ def test_a_bad_sweep_is_one_error_line(args, message, capsys):
 
 TINY = [
     "data=synthetic",
-    "model=vit_micro",
+    "model=vit_70k",
     "data.num_train=640",
     "data.num_test=128",
     "data.val_size=128",

@@ -195,7 +195,7 @@ def test_quick_experiment_is_a_short_cifar10_run_that_also_runs_on_other_data(ma
     assert cfg.trainer.max_epochs <= 2 and cfg.trainer.max_steps == -1
     assert (cfg.data.val_size, cfg.trainer.limit_test_batches) == (1000, 0.2)
     assert cfg.trainer.strategy == make_config([]).trainer.strategy  # the default trainer, not cpu_ddp
-    synthetic = make_config(["experiment=quick", "data=synthetic", "data.num_train=1280", "model=vit_micro"])
+    synthetic = make_config(["experiment=quick", "data=synthetic", "data.num_train=1280", "model=vit_70k"])
     metrics = train(synthetic)
     assert "(280 train, 1000 val)" in capsys.readouterr().out
     assert metrics["images_trained"] == 2 * 256  # 2 epochs of the 280 training images in whole batches of 128
