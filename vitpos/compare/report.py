@@ -30,7 +30,10 @@ def compare(
     out: str | Path | None = None,
     reference: str | Path | None = None,
 ) -> list[dict]:
-    """Print and write the grouped table of the finished runs under `root`; return its rows."""
+    """Group the finished runs under `root`, print the grouped table and write every table and chart of
+    `python -m vitpos.compare` to `out` (default: `<root>/compare`); return the groups' rows. `data`
+    and `img_size` keep the runs of that data set and size; `reference` is a CSV of published
+    accuracies that ranking.md sets beside ours (`read_reference`). No finished run: ConfigError."""
     root = Path(root)
     if not root.is_dir():
         raise ConfigError(f"no such log folder: {root}; pass the folder the runs were logged to, e.g. logs/")
