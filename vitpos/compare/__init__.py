@@ -13,7 +13,9 @@ recipe words that tell its rows apart when they differ. Writes to `out`: `compar
 `compare.csv` (mean and std columns), `runs.csv` (one row per run), `compare.png` (accuracy per
 group, error bars of one std), `epochs.png` (validation accuracy per epoch, one line per group) and
 `epochs.md` (the same means, each with the group's rank at that epoch) when runs validated more than
-once, `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
+once, `accuracy_vs_minutes.png` (validation accuracy, and test accuracy where logged, against
+wall-clock minutes since each run's start: the times of its TensorBoard events) when the runs
+logged to TensorBoard, `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
 setting and resize mode) when runs were evaluated at two or more sizes, and, for evaluations that
 asked for an attention temperature (`resize_mode=all`, each `scripts/study.sh` run's extrapolation
 step), `extrapolation.md` (every conversion at every size, the best per scheme and size in bold;
@@ -34,7 +36,7 @@ from omegaconf import OmegaConf
 from ..cli import parse_options
 from ..errors import ConfigError, VitposError
 from ..errors import report as report_error
-from .charts import accuracy_chart, epoch_chart, extrapolation_figure, transfer_chart
+from .charts import accuracy_chart, epoch_chart, extrapolation_figure, minutes_chart, transfer_chart
 from .grouping import (
     ACCURACIES,
     GROUP_BY,
@@ -44,6 +46,7 @@ from .grouping import (
     group_runs,
     latest_per_seed,
     mark_differences,
+    minutes_curves,
     training_setting,
     transfer_curves,
 )
@@ -70,6 +73,8 @@ __all__ = [
     "main",
     "mark_differences",
     "markdown_table",
+    "minutes_chart",
+    "minutes_curves",
     "model_key",
     "ranking_table",
     "read_reference",

@@ -177,3 +177,35 @@ def epoch_chart(curves: list[dict], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def minutes_chart(curves: list[dict], path: Path) -> None:
+    """Validation accuracy (a line and a band of one std) and test accuracy (dots with error bars)
+    against wall-clock minutes since each run's start, a colour per group, means over seeds."""
+    plt = pyplot()
+    figure, axes = plt.subplots(figsize=(7.5, 4.8))
+    groups = list(dict.fromkeys(c["label"] for c in curves))
+    named = set()  # a group's name once in the legend, on its first curve
+    for curve in curves:
+        index = groups.index(curve["label"])
+        color = f"C{index % 10}" if len(groups) <= 10 else plt.get_cmap("tab20")(index % 20)
+        label = None if curve["label"] in named else curve["label"]
+        named.add(curve["label"])
+        means = [100 * m for m in curve["means"]]
+        stds = [100 * s for s in curve["stds"]]
+        if curve["split"] == "val":
+            axes.plot(curve["minutes"], means, marker=".", color=color, label=label)
+            lower, upper = [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)]
+            axes.fill_between(curve["minutes"], lower, upper, color=color, alpha=0.15)
+        else:
+            axes.errorbar(
+                curve["minutes"], means, yerr=stds, color=color, marker="o", linestyle=":", capsize=3, label=label
+            )
+    axes.set_xlabel("wall-clock minutes since the run's start")
+    axes.set_ylabel("top-1 accuracy (%)")
+    axes.set_title("Validation (line) and test (dots) accuracy against time, mean ± std over seeds", fontsize=10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=6, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -39,11 +39,8 @@ def latest_per_seed(runs: list[dict]) -> tuple[list[dict], list[dict]]:
 def group_runs(rows: list[dict]) -> list[dict]:
     """Runs equal in every GROUP_BY key -> one row: n, seeds, `<acc>_mean` and `<acc>_std`
     (sample std, n - 1; blank for n = 1) of every accuracy column, mean speed and time."""
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        groups.setdefault(tuple(str(row[k]) for k in GROUP_BY), []).append(row)
     grouped = []
-    for members in groups.values():
+    for members in groups_of(rows):
         out = {k: members[0][k] for k in GROUP_BY}
         out["n"] = len(members)
         out["seeds"] = " ".join(str(s) for s in sorted(m["seed"] for m in members))
@@ -98,25 +95,65 @@ def epoch_curves(runs: list[dict]) -> list[dict]:
     """Runs -> one curve per group (GROUP_BY) with >= 2 validation points: `label`, `epochs`
     (1..E), `means` and `stds` of validation accuracy over the group's runs, epoch by epoch, over
     the epochs every run of the group has."""
-    groups: dict[tuple, list[dict]] = {}
-    for run in runs:
-        groups.setdefault(tuple(str(run[k]) for k in GROUP_BY), []).append(run)
     curves = []
-    for members in groups.values():
-        series = [[float(v) for v in m["val_acc_by_epoch"].split()] for m in members]
-        length = min(len(values) for values in series)
-        if length < 2:
+    for members in groups_of(runs):
+        by_epoch = _point_by_point([m["val_acc_by_epoch"] for m in members])
+        if len(by_epoch) < 2:
             continue
-        by_epoch = [[values[e] for values in series] for e in range(length)]
         curves.append(
             dict(
-                label=f"{members[0]['pos']}, {', '.join(training_setting(members[0]))} (n={len(members)})",
-                epochs=list(range(1, length + 1)),
+                label=_curve_label(members),
+                epochs=list(range(1, len(by_epoch) + 1)),
                 means=[statistics.fmean(v) for v in by_epoch],
                 stds=[statistics.stdev(v) if len(v) > 1 else 0.0 for v in by_epoch],
             )
         )
     return sorted(curves, key=lambda c: -c["means"][-1])
+
+
+def minutes_curves(runs: list[dict]) -> list[dict]:
+    """Runs -> one curve per group (GROUP_BY) and split, validation (>= 2 points) and test (where
+    logged), over the runs whose event files timed it (`logs.logged_scalars`): `label`, `split`,
+    `minutes` (the mean over the runs of each point's wall-clock minutes since the run's start),
+    `means` and `stds` of the accuracy, point by point over the points every such run has."""
+    curves = []
+    for members in groups_of(runs):
+        for split, fewest in (("val", 2), ("test", 1)):
+            timed = [m for m in members if m.get(f"{split}_minutes_by_epoch")]
+            accuracies = _point_by_point([m[f"{split}_acc_by_epoch"] for m in timed])
+            if len(accuracies) < fewest:
+                continue
+            minutes = _point_by_point([m[f"{split}_minutes_by_epoch"] for m in timed])
+            curves.append(
+                dict(
+                    label=_curve_label(timed),
+                    split=split,
+                    minutes=[statistics.fmean(v) for v in minutes],
+                    means=[statistics.fmean(v) for v in accuracies],
+                    stds=[statistics.stdev(v) if len(v) > 1 else 0.0 for v in accuracies],
+                )
+            )
+    return curves
+
+
+def groups_of(rows: list[dict]) -> list[list[dict]]:
+    """`rows` (runs) in groups equal in every GROUP_BY key, in order of first appearance."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(str(row[k]) for k in GROUP_BY), []).append(row)
+    return list(groups.values())
+
+
+def _point_by_point(series: list[str]) -> list[list[float]]:
+    """Space-separated numbers of each run (a `*_by_epoch` column) -> for each point that every run
+    has, the runs' values at it; [] without runs."""
+    values = [[float(v) for v in text.split()] for text in series]
+    length = min(map(len, values), default=0)
+    return [[run[point] for run in values] for point in range(length)]
+
+
+def _curve_label(members: list[dict]) -> str:
+    return f"{members[0]['pos']}, {', '.join(training_setting(members[0]))} (n={len(members)})"
 
 
 def transfer_points(row: dict) -> dict[str, list[tuple[int, float, float]]]:

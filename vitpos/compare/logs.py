@@ -53,38 +53,61 @@ def unfinished_runs(root: Path) -> list[Path]:
     )
 
 
-def logged_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar a run logged, tag -> [(step, value)] in logging order: its TensorBoard event
-    files, and for a logger=csv run its metrics.csv (vitpos.evaluate writes event files either way)."""
+def logged_scalars(run: Path) -> dict[str, list[tuple[int, float, float | None]]]:
+    """Every scalar a run logged, tag -> [(step, value, minutes)] in logging order: its TensorBoard
+    event files, and for a logger=csv run its metrics.csv (vitpos.evaluate writes event files either
+    way). `minutes`: the event's wall time after the run's first event, the opening of its first
+    event file at the start of the fit, pauses of a resumed run included; None from metrics.csv,
+    which keeps no time. The event's wall time stands in for per-epoch time, which no logger keeps."""
     events = EventAccumulator(str(run), size_guidance={"scalars": 0})
     events.Reload()
-    scalars = {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    tags = events.Tags()["scalars"]
+    start = events.FirstEventTimestamp() if tags else 0.0
+    scalars = {tag: [(e.step, e.value, (e.wall_time - start) / 60) for e in events.Scalars(tag)] for tag in tags}
     if (run / CSV_METRICS).is_file():
         with open(run / CSV_METRICS, newline="") as f:
             for row in csv.DictReader(f):  # one row per logging call, blank where a tag was not logged
                 for tag, value in row.items():
                     if tag != "step" and value != "":
-                        scalars.setdefault(tag, []).append((int(row["step"]), float(value)))
+                        scalars.setdefault(tag, []).append((int(row["step"]), float(value), None))
     return scalars
 
 
+def by_step(scalars: dict[str, list[tuple]]) -> dict[str, dict[int, tuple[float, float | None]]]:
+    """`logged_scalars` -> tag -> {step: (value, minutes)} in step order; a step logged again (a
+    resumed run, a re-evaluation) keeps its latest value."""
+    return {
+        tag: dict(sorted({step: (value, t) for step, value, t in points}.items())) for tag, points in scalars.items()
+    }
+
+
 def summarize(run: Path, root: Path) -> dict:
-    """One row per run: its hparams (the group key), accuracies, speed and transfer accuracies."""
+    """One row per run: its settings (the group key), seed and size, accuracies (per epoch with their
+    minutes, and in the end), speed and time, then its transfer accuracies."""
     config = yaml.safe_load((run / "config.yaml").read_text())
     hparams_file = run / "hparams.yaml"
     hparams = yaml.safe_load(hparams_file.read_text()) if hparams_file.is_file() else {}
     results = json.loads((run / RESULTS_FILE).read_text())
-    scalars = logged_scalars(run)
-
-    def values(tag: str) -> list[float]:  # by step; a step logged again (a resumed run) keeps its latest value
-        return [value for _, value in sorted(dict(scalars.get(tag, [])).items())]
-
-    val_acc, test_acc = values("val/acc"), values("test/acc")
-    # the run's own figure (results.json); runs saved before it: the median of ThroughputMonitor's
-    # (logged beside each device's only with several devices)
-    speeds = values("train/samples_per_sec") or values("train/device/samples_per_sec")
-    size = config["img_size"]
+    series = by_step(logged_scalars(run))
     row = dict(
+        run_settings(config, hparams),
+        seed=config["seed"],
+        params=results.get("params", hparams.get("params", "")),
+        **logged_accuracies(series),
+        **run_record(run, results, series),
+        run=str(run.relative_to(root)) if run != root else run.name,
+    )
+    for tag in sorted(t for t in series if t.startswith(RESOLUTION_TAG)):
+        mode = tag.removeprefix(RESOLUTION_TAG).removeprefix("_")
+        for height, (acc, _) in series[tag].items():  # step = height
+            row[transfer_column(height, mode)] = round(acc, 4)
+    return row
+
+
+def run_settings(config: dict, hparams: dict) -> dict:
+    """A run's settings that group it (GROUP_BY), from its config.yaml and hparams.yaml."""
+    size = config["img_size"]
+    return dict(
         experiment=config.get("experiment") or "-",
         pos=scheme_label(config["pos"]),
         data=get_class(config["data"]["_target_"]).name,
@@ -97,13 +120,31 @@ def summarize(run: Path, root: Path) -> dict:
         batch_size=config["data"]["batch_size"] * devices(config["trainer"]),
         budget=budget(config["trainer"]),
         recipe=training_recipe(config),
-        seed=config["seed"],
-        params=results.get("params", hparams.get("params", "")),
+    )
+
+
+def logged_accuracies(series: dict[str, dict[int, tuple]]) -> dict:
+    """Best and final validation and the test accuracy, completed epochs, and the accuracies per
+    validation (and test) with their minutes since the run's start ("" where not timed)."""
+    val_acc, test_acc = _values(series, "val/acc"), _values(series, "test/acc")
+    return dict(
         val_acc_best=round(max(val_acc), 4) if val_acc else "",
         val_acc_final=round(val_acc[-1], 4) if val_acc else "",
         test_acc=round(test_acc[-1], 4) if test_acc else "",
-        epochs_done=len(values("train/loss_epoch")),  # one point per completed training epoch
+        epochs_done=len(series.get("train/loss_epoch", {})),  # one point per completed training epoch
         val_acc_by_epoch=" ".join(f"{acc:.4f}" for acc in val_acc),
+        val_minutes_by_epoch=_minutes(series, "val/acc"),
+        test_acc_by_epoch=" ".join(f"{acc:.4f}" for acc in test_acc),
+        test_minutes_by_epoch=_minutes(series, "test/acc"),
+    )
+
+
+def run_record(run: Path, results: dict, series: dict[str, dict[int, tuple]]) -> dict:
+    """What results.json records beside the accuracies: speed, fit time, precision, device, when it finished."""
+    # the run's own figure (results.json); runs saved before it: the median of ThroughputMonitor's
+    # (logged beside each device's only with several devices)
+    speeds = _values(series, "train/samples_per_sec") or _values(series, "train/device/samples_per_sec")
+    return dict(
         images_per_s=round(results["images_per_s"])
         if "images_per_s" in results
         else round(statistics.median(speeds))
@@ -115,14 +156,16 @@ def summarize(run: Path, root: Path) -> dict:
         # results.json's own time (older runs: its file's, which a git checkout resets)
         finished=results.get("finished_at")
         or datetime.fromtimestamp((run / RESULTS_FILE).stat().st_mtime).isoformat(timespec="seconds"),
-        run=str(run.relative_to(root)) if run != root else run.name,
     )
-    for tag in sorted(t for t in scalars if t.startswith(RESOLUTION_TAG)):
-        mode = tag.removeprefix(RESOLUTION_TAG).removeprefix("_")
-        latest = dict(scalars[tag])  # step -> value: a re-evaluation replaces
-        for height, acc in sorted(latest.items()):
-            row[transfer_column(height, mode)] = round(acc, 4)
-    return row
+
+
+def _values(series: dict[str, dict[int, tuple]], tag: str) -> list[float]:
+    return [value for value, _ in series.get(tag, {}).values()]
+
+
+def _minutes(series: dict[str, dict[int, tuple]], tag: str) -> str:
+    minutes = [t for _, t in series.get(tag, {}).values()]
+    return " ".join(f"{t:.2f}" for t in minutes) if minutes and None not in minutes else ""
 
 
 def model_key(model) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..plots import pyplot
 from ..runs import RESULTS_FILE
-from .charts import accuracy_chart, epoch_chart, extrapolation_figure, transfer_chart
+from .charts import accuracy_chart, epoch_chart, extrapolation_figure, minutes_chart, transfer_chart
 from .grouping import (
     accuracy_columns,
     epoch_curves,
@@ -17,6 +17,7 @@ from .grouping import (
     is_extrapolation_grid,
     latest_per_seed,
     mark_differences,
+    minutes_curves,
     transfer_curves,
 )
 from .logs import TRANSFER_PREFIX, parse_transfer_column, read_reference, run_folders, summarize, unfinished_runs
@@ -52,6 +53,7 @@ def compare(
     written += write_transfer(out, rows)
     written += write_extrapolation(out, rows)
     written += write_epochs(out, runs)
+    written += write_minutes(out, runs)
     print(table + "\nwrote " + ", ".join(map(str, written)))
     return rows
 
@@ -154,6 +156,15 @@ def write_epochs(out: Path, runs: list[dict]) -> list[Path]:
     epoch_chart(curves, out / "epochs.png")
     (out / "epochs.md").write_text(epochs_table(curves))
     return [out / "epochs.png", out / "epochs.md"]
+
+
+def write_minutes(out: Path, runs: list[dict]) -> list[Path]:
+    """accuracy_vs_minutes.png where runs' event files timed their validations or tests."""
+    curves = minutes_curves(runs)
+    if not curves:
+        return []
+    minutes_chart(curves, out / "accuracy_vs_minutes.png")
+    return [out / "accuracy_vs_minutes.png"]
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
