@@ -149,11 +149,11 @@ def epoch_chart(curves: list[dict], path: Path) -> None:
     a band of one std over seeds."""
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(7.5, 4.8))
-    palette = 10 if len(curves) <= 10 else 20  # matplotlib's 10 default colours, or tab20's
+    palette = 10 if len(curves) <= 10 else 20  # the colours of _group_color
     for index, curve in enumerate(curves):
         means = [100 * m for m in curve["means"]]
         stds = [100 * s for s in curve["stds"]]
-        color = f"C{index % 10}" if palette == 10 else plt.get_cmap("tab20")(index % 20)
+        color = _group_color(index, len(curves))
         axes.plot(
             curve["epochs"],
             means,
@@ -169,14 +169,8 @@ def epoch_chart(curves: list[dict], path: Path) -> None:
             color=color,
             alpha=0.15,
         )
-    axes.set_xlabel("epoch")
-    axes.set_ylabel("top-1 validation accuracy (%)")
-    axes.set_title("Validation accuracy per epoch (mean ± std over seeds)", fontsize=10)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=6, loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    title = "Validation accuracy per epoch (mean ± std over seeds)"
+    _finish_line_chart(figure, axes, path, "epoch", "top-1 validation accuracy (%)", title)
 
 
 def minutes_chart(curves: list[dict], path: Path) -> None:
@@ -188,7 +182,7 @@ def minutes_chart(curves: list[dict], path: Path) -> None:
     named = set()  # a group's name once in the legend, on its first curve
     for curve in curves:
         index = groups.index(curve["label"])
-        color = f"C{index % 10}" if len(groups) <= 10 else plt.get_cmap("tab20")(index % 20)
+        color = _group_color(index, len(groups))
         label = None if curve["label"] in named else curve["label"]
         named.add(curve["label"])
         means = [100 * m for m in curve["means"]]
@@ -201,11 +195,22 @@ def minutes_chart(curves: list[dict], path: Path) -> None:
             axes.errorbar(
                 curve["minutes"], means, yerr=stds, color=color, marker="o", linestyle=":", capsize=3, label=label
             )
-    axes.set_xlabel("wall-clock minutes since the run's start")
-    axes.set_ylabel("top-1 accuracy (%)")
-    axes.set_title("Validation (line) and test (dots) accuracy against time, mean ± std over seeds", fontsize=10)
+    title = "Validation (line) and test (dots) accuracy against time, mean ± std over seeds"
+    _finish_line_chart(figure, axes, path, "wall-clock minutes since the run's start", "top-1 accuracy (%)", title)
+
+
+def _group_color(index: int, groups: int):
+    """The colour of the index-th of `groups` lines: matplotlib's 10 default colours, or tab20's."""
+    return f"C{index % 10}" if groups <= 10 else pyplot().get_cmap("tab20")(index % 20)
+
+
+def _finish_line_chart(figure, axes, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """Label, grid and legend a one-panel chart of lines per group, save it to `path` and close it."""
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=6, loc="lower right")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
+    pyplot().close(figure)
