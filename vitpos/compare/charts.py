@@ -43,11 +43,8 @@ def accuracy_chart(rows: list[dict], path: Path) -> None:
 
 def transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
     """One panel per scheme: test accuracy against evaluation size, error bars of one std."""
-    plt = pyplot()
-    columns = min(4, len(curves))
-    rows = -(-len(curves) // columns)
-    width = max(4 * columns, 8)  # a single panel still holds the title and its legend
-    figure, panels = plt.subplots(rows, columns, figsize=(width, 3.4 * rows), squeeze=False, sharey=True)
+    # a single panel still holds the title and its legend
+    figure, panels = _scheme_panels(len(curves), panel_width=4, panel_height=3.4)
     # one colour per training setting in every panel; the resize mode is the line style
     settings = list(dict.fromkeys(c["setting"] for scheme_curves in curves.values() for c in scheme_curves))
     for axes, (pos, scheme_curves) in zip(panels.flat, sorted(curves.items())):
@@ -62,19 +59,12 @@ def transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:
                 linestyle="--" if curve["mode"] else "-",
                 color=f"C{settings.index(curve['setting']) % 10}",
             )
-        axes.set_title(pos, fontsize=10)
-        axes.set_xticks(sorted({h for c in scheme_curves for h in c["heights"]}))
-        axes.set_xlabel("evaluation size (px)")
-        axes.grid(alpha=0.3)
+        _size_axes(axes, pos, scheme_curves)
         axes.legend(fontsize=6, loc="lower left")
-    for axes in panels.flat[len(curves) :]:
-        axes.set_visible(False)
-    for axes in panels[:, 0]:
-        axes.set_ylabel("top-1 test accuracy (%)")
     figure.suptitle("Test accuracy at each evaluation size, per training setting (mean ± std over seeds)", fontsize=11)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
+    pyplot().close(figure)
 
 
 def extrapolation_figure(curves: dict[str, list[dict]]):
@@ -82,7 +72,6 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
     and image subset where the curves differ in it; named in the panel's legend), solid without and
     dashed with the log temperature, a marker per training variant (both named once, above the
     panels); error bars of one std."""
-    plt = pyplot()
     from matplotlib.lines import Line2D
 
     # a legend entry per line would cover a panel once a scheme has twins (24 lines for three variants
@@ -92,42 +81,10 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
     markers = dict(zip(variants, "oxs^Dv*P"))
     subsets = {c["images"] or 0 for c in every_curve}  # 0: the whole split
     per_subset = len(subsets) > 1  # the colours name each curve's subset; otherwise the title names it
-
-    def conversion(curve: dict) -> tuple:  # what a colour stands for
-        return curve["mode"], (curve["images"] or 0) if per_subset else 0
-
-    columns = min(4, len(curves))
-    rows = -(-len(curves) // columns)
-    width = max(4.2 * columns, 8)  # a single panel still holds the title
-    height = 3.6 * rows + 0.6  # and 0.6 inch above the panels for the figure's legend
-    figure, panels = plt.subplots(rows, columns, figsize=(width, height), squeeze=False, sharey=True)
+    # a single panel still holds the title, and 0.6 inch above the panels hold the figure's legend
+    figure, panels = _scheme_panels(len(curves), panel_width=4.2, panel_height=3.6, above=0.6)
     for axes, (scheme, scheme_curves) in zip(panels.flat, sorted(curves.items())):
-        conversions = sorted({conversion(c) for c in scheme_curves})
-        for curve in sorted(scheme_curves, key=curve_order):
-            axes.errorbar(
-                curve["heights"],
-                [100 * m for m in curve["means"]],
-                yerr=[100 * s for s in curve["stds"]],
-                marker=markers[curve["variant"]],
-                markersize=4,
-                capsize=2,
-                linestyle="--" if curve["temperature"] == "log" else "-",
-                color=f"C{conversions.index(conversion(curve)) % 10}",
-                alpha=0.85,
-            )
-        axes.set_title(scheme, fontsize=10)
-        axes.set_xticks(sorted({h for c in scheme_curves for h in c["heights"]}))
-        axes.set_xlabel("evaluation size (px)")
-        axes.grid(alpha=0.3)
-        colour_keys = [
-            Line2D([], [], color=f"C{i % 10}", label=(mode or "its rule") + (f" ({images} images)" if images else ""))
-            for i, (mode, images) in enumerate(conversions)
-        ]
-        axes.legend(handles=colour_keys, fontsize=6.5, loc="upper right")
-    for axes in panels.flat[len(curves) :]:
-        axes.set_visible(False)
-    for axes in panels[:, 0]:
-        axes.set_ylabel("top-1 test accuracy (%)")
+        _extrapolation_panel(axes, scheme, scheme_curves, markers, per_subset)
     style_keys = [
         Line2D([], [], color="0.3", linestyle="-", label="no temperature"),
         Line2D([], [], color="0.3", linestyle="--", label="log temperature"),
@@ -140,8 +97,58 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
         f"Training-free conversions to larger inputs, no fine-tune{on} (mean ± std over {'/'.join(map(str, n))} seeds)",
         fontsize=11,
     )
-    figure.tight_layout(rect=(0, 0, 1, 1 - 0.75 / height))
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.75 / figure.get_figheight()))
     return figure
+
+
+def _extrapolation_panel(axes, scheme: str, curves: list[dict], markers: dict[str, str], per_subset: bool) -> None:
+    """One scheme's panel of `extrapolation_figure`, its legend naming the colours' conversions."""
+    from matplotlib.lines import Line2D
+
+    def conversion(curve: dict) -> tuple:  # what a colour stands for
+        return curve["mode"], (curve["images"] or 0) if per_subset else 0
+
+    conversions = sorted({conversion(c) for c in curves})
+    for curve in sorted(curves, key=curve_order):
+        axes.errorbar(
+            curve["heights"],
+            [100 * m for m in curve["means"]],
+            yerr=[100 * s for s in curve["stds"]],
+            marker=markers[curve["variant"]],
+            markersize=4,
+            capsize=2,
+            linestyle="--" if curve["temperature"] == "log" else "-",
+            color=f"C{conversions.index(conversion(curve)) % 10}",
+            alpha=0.85,
+        )
+    _size_axes(axes, scheme, curves)
+    colour_keys = [
+        Line2D([], [], color=f"C{i % 10}", label=(mode or "its rule") + (f" ({images} images)" if images else ""))
+        for i, (mode, images) in enumerate(conversions)
+    ]
+    axes.legend(handles=colour_keys, fontsize=6.5, loc="upper right")
+
+
+def _scheme_panels(count: int, panel_width: float, panel_height: float, above: float = 0.0):
+    """A figure of `count` panels, four to a row, sharing the accuracy axis (labelled on the left),
+    at least 8 inches wide and `above` inches higher for a legend above them; the unused panels hidden."""
+    columns = min(4, count)
+    rows = -(-count // columns)
+    size = (max(panel_width * columns, 8), panel_height * rows + above)
+    figure, panels = pyplot().subplots(rows, columns, figsize=size, squeeze=False, sharey=True)
+    for axes in panels.flat[count:]:
+        axes.set_visible(False)
+    for axes in panels[:, 0]:
+        axes.set_ylabel("top-1 test accuracy (%)")
+    return figure, panels
+
+
+def _size_axes(axes, title: str, curves: list[dict]) -> None:
+    """A panel of accuracy against evaluation size: its title, the sizes of `curves` as ticks, a grid."""
+    axes.set_title(title, fontsize=10)
+    axes.set_xticks(sorted({h for c in curves for h in c["heights"]}))
+    axes.set_xlabel("evaluation size (px)")
+    axes.grid(alpha=0.3)
 
 
 def epoch_chart(curves: list[dict], path: Path) -> None:
