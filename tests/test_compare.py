@@ -29,9 +29,12 @@ from vitpos.compare import (
     main,
     mark_differences,
     markdown_table,
+    minutes_curves,
     model_key,
     ranking_table,
     read_reference,
+    run_folders,
+    summarize,
     training_setting,
     transfer_curves,
 )
@@ -646,3 +649,37 @@ def test_the_published_ablation_table_reads(tmp_path):
         "rel_shaw": 90.6,
         "rope_axial": 88.5,
     }
+
+
+def test_accuracy_against_minutes_is_drawn_at_the_times_of_the_logged_events(make_config, tiny_overrides, tmp_path):
+    """accuracy_vs_minutes.png: a point's x is its event's wall time after the run's first event, in
+    minutes (no logger keeps per-epoch time), the mean over the group's seeds; its y the mean accuracy."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = OmegaConf.to_container(make_config(tiny_overrides), resolve=True)
+    seconds = {0: ([60, 150, 300], 330), 1: ([120, 210, 420], 450)}  # after the first event: validations, test
+    for seed, (validations, test) in seconds.items():
+        run = tmp_path / "logs" / f"seed{seed}" / "version_0"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(OmegaConf.to_yaml(dict(config, seed=seed)))
+        (run / RESULTS_FILE).write_text("{}")
+        writer = SummaryWriter(str(run))  # opens its event file: the run's first event
+        writer.flush()
+        first = EventAccumulator(str(run))
+        first.Reload()
+        start = first.FirstEventTimestamp()
+        for step, after in enumerate(validations, 1):
+            writer.add_scalar("val/acc", 0.5 + 0.1 * step + 0.01 * seed, step, walltime=start + after)
+        writer.add_scalar("test/acc", 0.8 + 0.01 * seed, 3, walltime=start + test)
+        writer.close()
+    runs = [summarize(run, tmp_path / "logs") for run in run_folders(tmp_path / "logs")]
+    validation, test = minutes_curves(runs)
+    assert validation["split"] == "val" and validation["minutes"] == pytest.approx([1.5, 3.0, 6.0], abs=0.01)
+    assert validation["means"] == pytest.approx([0.605, 0.705, 0.805]) and validation["label"].endswith("(n=2)")
+    assert test["split"] == "test" and test["minutes"] == pytest.approx([6.5], abs=0.01)
+    assert test["means"] == pytest.approx([0.805]) and test["stds"] == pytest.approx([0.00707], abs=1e-4)
+    compare(tmp_path / "logs", out=tmp_path / "out")
+    assert (tmp_path / "out" / "accuracy_vs_minutes.png").stat().st_size > 0
+    # a run without event files (logger=csv) has no times: no curve
+    untimed = [dict(run, val_minutes_by_epoch="", test_minutes_by_epoch="") for run in runs]
+    assert minutes_curves(untimed) == []

@@ -34,6 +34,7 @@ import csv
 import itertools
 import os
 import sys
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from omegaconf import OmegaConf
 from torchmetrics.classification import MulticlassAccuracy
 from tqdm import tqdm
 
+from . import markdown
 from .cli import keyword_defaults, parse_options
 from .config import data_settings, instantiate
 from .errors import ConfigError, VitposError, print_line
@@ -133,9 +135,7 @@ def evaluate(
         raise ConfigError(f"split={split!r} must be test or val")
     if attn_temperature is not None:
         check_attn_temperature(attn_temperature)
-    device = torch.device(
-        "cuda" if device == "auto" and torch.cuda.is_available() else "cpu" if device == "auto" else device
-    )
+    request = Request(resize_mode, attn_temperature, split, limit, pick_device(device))
     if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
         raise ConfigError(f"img_sizes={img_sizes!r} must be a list of sizes, e.g. img_sizes=[32,48,64]")
     sizes = [image_size(size) for size in img_sizes]
@@ -143,69 +143,93 @@ def evaluate(
     paths = find_checkpoints(ckpt)
     for number, path in enumerate(paths, 1):
         checkpoint = read_checkpoint(path)
-        data_cfg = data_settings(data, checkpoint["hyper_parameters"].get("data"), str(path))
-        data_cfg = dict(data_cfg, batch_size=batch_size, **({"data_dir": data_dir} if data_dir else {}))
-        datamodule = instantiate(data_cfg)
-        datamodule.setup("test")  # no training batch to fill: a small data set evaluates at any batch_size
+        datamodule = checkpoint_datamodule(checkpoint, path, data, batch_size, data_dir)
         subsetted |= split_subset(datamodule, split, limit) is not None
-        trained = checkpoint["hyper_parameters"]["model"]
         writer = _tensorboard_writer(path)
-        candidates = conversions(trained["pos"], resize_mode, attn_temperature)
         for size in sizes:
-            datamodule.img_size = size
-            chosen, note, chosen_on = candidates[0], "", ""
             doing = f"{run_label(path)} (checkpoint {number}/{len(paths)}) at {size_tag(size)}, "
-            if resize_mode == ALL:
-                for index, (mode, temperature) in enumerate(candidates, 1):
-                    model = model_from_checkpoint(checkpoint, size, mode, temperature).to(device)
-                    conversion = f"{conversion_label(mode, temperature)} ({index}/{len(candidates)}), "
-                    rows.append(
-                        evaluate_one(
-                            model,
-                            path,
-                            trained,
-                            datamodule,
-                            split,
-                            device,
-                            limit,
-                            writer,
-                            (mode, temperature),
-                            doing=doing + conversion,
-                        )
-                    )
-                continue
-            if len(candidates) > 1 and size == image_size(trained["img_size"]):
-                # every resize rule and the temperature are the identity at the trained grid (tests)
-                note = "  (the trained size: every conversion is the model as trained)"
-                chosen_on = "trained size"
-            elif len(candidates) > 1:
-                chosen_on = "val"
-                val_mask = split_subset(datamodule, "val", limit)
-                val_accs = {
-                    (mode, temperature): accuracy(
-                        model_from_checkpoint(checkpoint, size, mode, temperature).to(device),
-                        datamodule,
-                        "val",
-                        device,
-                        val_mask,
-                        doing=f"{doing}choosing: {conversion_label(mode, temperature)} ({index}/{len(candidates)}), ",
-                    )
-                    for index, (mode, temperature) in enumerate(candidates, 1)
-                }
-                chosen = max(val_accs, key=val_accs.get)  # the first of equals: candidates are in a fixed order
-                note = (
-                    f"  (best of {len(candidates)} on val: {conversion_label(*chosen)}, "
-                    f"val acc {percent(val_accs[chosen])})"
-                )
-            model = model_from_checkpoint(checkpoint, size, *chosen).to(device)  # the file is read once
-            forced = None if resize_mode == BEST else (resize_mode, attn_temperature)
-            row = evaluate_one(model, path, trained, datamodule, split, device, limit, writer, forced, note, doing)
-            rows.append(dict(row, chosen_on=chosen_on))
+            rows += evaluate_at_size(checkpoint, path, datamodule, size, request, writer, doing)
         if writer is not None:
             writer.close()
     out = new_folder(out) if fresh else out
     write_outputs(rows, sizes, out, limit if subsetted else None, by_conversion=resize_mode == ALL)
     return rows
+
+
+@dataclass(frozen=True)
+class Request:
+    """What an evaluation asks of every checkpoint and size: the conversion options, split, subset and device."""
+
+    resize_mode: str | None
+    attn_temperature: str | None
+    split: str
+    limit: int | None
+    device: torch.device
+
+
+def pick_device(device: str) -> torch.device:
+    """`auto`: the GPU where there is one, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def checkpoint_datamodule(checkpoint: dict, path: Path, data, batch_size: int, data_dir):
+    """The data the checkpoint was trained on (or `data`, a configs/data name), set up for evaluation."""
+    data_cfg = data_settings(data, checkpoint["hyper_parameters"].get("data"), str(path))
+    data_cfg = dict(data_cfg, batch_size=batch_size, **({"data_dir": data_dir} if data_dir else {}))
+    datamodule = instantiate(data_cfg)
+    datamodule.setup("test")  # no training batch to fill: a small data set evaluates at any batch_size
+    return datamodule
+
+
+def evaluate_at_size(
+    checkpoint: dict, path: Path, datamodule, size: tuple[int, int], request: Request, writer, doing: str
+) -> list[dict]:
+    """The rows of checkpoint `path` at `size`: one per conversion under `resize_mode=all`, else one,
+    of the conversion asked for or of the one `choose_conversion` picks."""
+    datamodule.img_size = size
+    trained = checkpoint["hyper_parameters"]["model"]
+    candidates = conversions(trained["pos"], request.resize_mode, request.attn_temperature)
+
+    def row(conversion: tuple, forced, note: str = "", doing: str = doing) -> dict:
+        model = model_from_checkpoint(checkpoint, size, *conversion).to(request.device)  # the file is read once
+        split, device, limit = request.split, request.device, request.limit
+        return evaluate_one(model, path, trained, datamodule, split, device, limit, writer, forced, note, doing)
+
+    if request.resize_mode == ALL:
+        return [
+            row(conversion, conversion, doing=f"{doing}{conversion_label(*conversion)} ({index}/{len(candidates)}), ")
+            for index, conversion in enumerate(candidates, 1)
+        ]
+    chosen, note, chosen_on = choose_conversion(checkpoint, datamodule, size, candidates, request, doing)
+    forced = None if request.resize_mode == BEST else (request.resize_mode, request.attn_temperature)
+    return [dict(row(chosen, forced, note), chosen_on=chosen_on)]
+
+
+def choose_conversion(checkpoint: dict, datamodule, size, candidates: list[tuple], request: Request, doing: str):
+    """(conversion, note for its printed line, what it was chosen on) at `size`: the only candidate;
+    the first at the trained size; else the best on the validation split."""
+    if len(candidates) == 1:
+        return candidates[0], "", ""
+    if size == image_size(checkpoint["hyper_parameters"]["model"]["img_size"]):
+        # every resize rule and the temperature are the identity at the trained grid (tests)
+        return candidates[0], "  (the trained size: every conversion is the model as trained)", "trained size"
+    val_mask = split_subset(datamodule, "val", request.limit)
+    val_accs = {
+        conversion: accuracy(
+            model_from_checkpoint(checkpoint, size, *conversion).to(request.device),
+            datamodule,
+            "val",
+            request.device,
+            val_mask,
+            doing=f"{doing}choosing: {conversion_label(*conversion)} ({index}/{len(candidates)}), ",
+        )
+        for index, conversion in enumerate(candidates, 1)
+    }
+    chosen = max(val_accs, key=val_accs.get)  # the first of equals: candidates are in a fixed order
+    note = f"  (best of {len(candidates)} on val: {conversion_label(*chosen)}, val acc {percent(val_accs[chosen])})"
+    return chosen, note, "val"
 
 
 OUTPUTS = ("resolution.md", "resolution.csv", "resolution.png")
@@ -323,15 +347,14 @@ def write_outputs(
     runs = list(dict.fromkeys((row["run"], convert(row)) for row in rows))
     by_run = {run: {row["img_size"]: row for row in rows if (row["run"], convert(row)) == run} for run in runs}
     names = ["run", "pos", "trained at", *(["conversion"] if by_conversion else [])]
-    lines = ["| " + " | ".join([*names, *tags]) + " |", "|" + "---|" * len(names) + "---:|" * len(tags)]
+    body = []
     for run in runs:
         first = next(iter(by_run[run].values()))
         accs = [f"{100 * by_run[run][t]['acc']:.2f}" for t in tags]
-        cells = [run[0], first["pos"], first["trained_at"], *([run[1]] if by_conversion else []), *accs]
-        lines.append("| " + " | ".join(cells) + " |")
-    if limit:
-        lines += ["", f"On {rows[0]['images']} {rows[0]['split']} images drawn at random (`limit={limit}`, seed 0)."]
-    (out / "resolution.md").write_text("\n".join(lines) + "\n")
+        body.append([run[0], first["pos"], first["trained_at"], *([run[1]] if by_conversion else []), *accs])
+    table = markdown.table([*names, *tags], body, align="l" * len(names) + "r" * len(tags))
+    subset = f"\nOn {rows[0]['images']} {rows[0]['split']} images drawn at random (`limit={limit}`, seed 0).\n"
+    (out / "resolution.md").write_text(table + (subset if limit else ""))
 
     figure, axes = plt.subplots(figsize=(8, 5))
     heights = [size[0] for size in sizes]

@@ -1,0 +1,102 @@
+"""Compare finished runs from their logged metrics (event files, or metrics.csv of logger=csv), with seed statistics.
+
+    python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare] [reference=<published.csv>]
+    (the folder may also be given as logdir=logs/)
+
+Runs that differ only by `seed` form one group (the same scheme, data, size or curriculum, model, lr, batch,
+budget and recipe: optimizer, schedule, loss and augmentation settings); a seed run twice counts
+once, its latest run. Each group is one row with the number of runs `n` and the mean +- sample
+standard deviation of every accuracy: best and final validation, test, and the resolution-transfer
+accuracies that `vitpos.evaluate` logged into the run (`test_acc@42px`, `test_acc@42px/interpolate`,
+`test_acc@42px/interpolate_1000img` for an evaluation of a subset, ...); the table names lr and the
+recipe words that tell its rows apart when they differ. Writes to `out`: `compare.md` (the table),
+`compare.csv` (mean and std columns), `runs.csv` (one row per run), `compare.png` (accuracy per
+group, error bars of one std), `epochs.png` (validation accuracy per epoch, one line per group) and
+`epochs.md` (the same means, each with the group's rank at that epoch) when runs validated more than
+once, `accuracy_vs_minutes.png` (validation accuracy, and test accuracy where logged, against
+wall-clock minutes since each run's start: the times of its TensorBoard events) when the runs
+logged to TensorBoard, `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
+setting and resize mode) when runs were evaluated at two or more sizes, and, for evaluations that
+asked for an attention temperature (`resize_mode=all`, each `scripts/study.sh` run's extrapolation
+step), `extrapolation.md` (every conversion at every size, the best per scheme and size in bold;
+then each scheme's best conversion per size as a share of its 1x accuracy) and `extrapolation.png`
+(one panel per scheme, one line per conversion, fuzzy-trained twins in the same panel) instead of
+table columns. `ranking.md` ranks the groups trained at one size and not fine-tuned (written when
+there are some) by test accuracy, each with its gap to the next and whether the two are separated
+(their one-std bars do not overlap: gap > std + std); with `reference=` (a CSV of
+`pos,name,data,test_acc,source`, e.g. a published ablation, accuracies in percent) it joins each
+scheme's published accuracy and rank beside ours, for runs of that data set. A run counts once it
+has finished (`results.json`).
+"""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from ..cli import parse_options
+from ..errors import ConfigError, VitposError
+from ..errors import report as report_error
+from .charts import accuracy_chart, epoch_chart, extrapolation_figure, minutes_chart, transfer_chart
+from .grouping import (
+    ACCURACIES,
+    GROUP_BY,
+    accuracy_columns,
+    epoch_curves,
+    extrapolation_curves,
+    group_runs,
+    latest_per_seed,
+    mark_differences,
+    minutes_curves,
+    training_setting,
+    transfer_curves,
+)
+from .logs import logged_scalars, model_key, read_reference, run_folders, summarize, unfinished_runs
+from .report import compare
+from .tables import best_conversions_table, epochs_table, extrapolation_table, markdown_table, ranking_table
+
+__all__ = [
+    "ACCURACIES",
+    "GROUP_BY",
+    "accuracy_chart",
+    "accuracy_columns",
+    "best_conversions_table",
+    "compare",
+    "epoch_chart",
+    "epoch_curves",
+    "epochs_table",
+    "extrapolation_curves",
+    "extrapolation_figure",
+    "extrapolation_table",
+    "group_runs",
+    "latest_per_seed",
+    "logged_scalars",
+    "main",
+    "mark_differences",
+    "markdown_table",
+    "minutes_chart",
+    "minutes_curves",
+    "model_key",
+    "ranking_table",
+    "read_reference",
+    "run_folders",
+    "summarize",
+    "training_setting",
+    "transfer_chart",
+    "transfer_curves",
+    "unfinished_runs",
+]
+
+DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None, reference=None)
+
+
+def main(argv: list[str]) -> int:
+    if argv and "=" not in argv[0] and not argv[0].startswith("-"):
+        argv = [f"logdir={argv[0]}", *argv[1:]]  # the log folder may come first, unnamed
+    try:
+        options = parse_options(argv, DEFAULTS, __doc__)
+        if not options.logdir:
+            raise ConfigError("pass the log folder: python -m vitpos.compare logs/ (or logdir=logs/)")
+        compare(options.logdir, **{k: v for k, v in OmegaConf.to_container(options).items() if k != "logdir"})
+    except VitposError as error:
+        return report_error(error)
+    return 0

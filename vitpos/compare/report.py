@@ -1,0 +1,175 @@
+"""`compare`: the finished runs under a log folder, grouped, printed and written as tables and charts."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..plots import pyplot
+from ..runs import RESULTS_FILE
+from .charts import accuracy_chart, epoch_chart, extrapolation_figure, minutes_chart, transfer_chart
+from .grouping import (
+    accuracy_columns,
+    epoch_curves,
+    extrapolation_curves,
+    group_runs,
+    is_extrapolation_grid,
+    latest_per_seed,
+    mark_differences,
+    minutes_curves,
+    transfer_curves,
+)
+from .logs import TRANSFER_PREFIX, parse_transfer_column, read_reference, run_folders, summarize, unfinished_runs
+from .tables import best_conversions_table, epochs_table, extrapolation_table, markdown_table, ranking_table
+
+
+def compare(
+    root: str | Path,
+    data: str | None = None,
+    img_size: int | str | None = None,
+    out: str | Path | None = None,
+    reference: str | Path | None = None,
+) -> list[dict]:
+    """Group the finished runs under `root`, print the grouped table and write every table and chart of
+    `python -m vitpos.compare` to `out` (default: `<root>/compare`); return the groups' rows. `data`
+    and `img_size` keep the runs of that data set and size; `reference` is a CSV of published
+    accuracies that ranking.md sets beside ours (`read_reference`). No finished run: ConfigError."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ConfigError(f"no such log folder: {root}; pass the folder the runs were logged to, e.g. logs/")
+    published = read_reference(reference) if reference is not None else {}
+    runs = finished_runs(root, data, img_size)
+    runs.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), r["pos"], r["seed"]))
+    rows = group_runs(runs)
+    rows.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), -(r["test_acc_mean"] or 0)))
+    out = Path(out) if out else root / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    mark_differences(rows)
+    mark_differences(runs)
+    table = markdown_table(rows, table_columns(runs))
+    written = write_groups(out, table, rows, runs)
+    written += write_ranking(out, rows, published)
+    written += write_transfer(out, rows)
+    written += write_extrapolation(out, rows)
+    written += write_epochs(out, runs)
+    written += write_minutes(out, runs)
+    print(table + "\nwrote " + ", ".join(map(str, written)))
+    return rows
+
+
+def finished_runs(root: Path, data: str | None, img_size: int | str | None) -> list[dict]:
+    """A row per finished run under `root` of `data` and `img_size` (None: any), the latest of each
+    seed of a group; says which runs it leaves out, and refuses when none is left."""
+    runs = [summarize(run, root) for run in run_folders(root)]
+    unfinished = unfinished_runs(root)
+    if unfinished:
+        names = _first_names([str(run.relative_to(root)) for run in unfinished])
+        print(f"note: left out {len(unfinished)} unfinished run(s) (no {RESULTS_FILE}): {names}")
+    runs = [
+        r
+        for r in runs
+        if (data is None or r["data"] == data) and (img_size is None or str(r["img_size"]) == str(img_size))
+    ]
+    if not runs:
+        filters = " ".join(f"{k}={v}" for k, v in (("data", data), ("img_size", img_size)) if v is not None)
+        raise ConfigError(
+            f"no finished runs (with {RESULTS_FILE}) under {root}" + (f" match {filters}" if filters else "")
+        )
+    runs, repeated = latest_per_seed(runs)
+    if repeated:
+        print(
+            f"note: left out {len(repeated)} earlier run(s) of a seed that their group has again "
+            f"(the latest counts): {_first_names([r['run'] for r in repeated])}"
+        )
+    return runs
+
+
+def _first_names(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+
+
+def table_columns(runs: list[dict]) -> list[str]:
+    """compare.md's accuracy columns: all but the extrapolation grid's (in extrapolation.md and compare.csv)."""
+    return [
+        c
+        for c in accuracy_columns(runs)
+        if not (c.startswith(TRANSFER_PREFIX) and is_extrapolation_grid(parse_transfer_column(c)[1]))
+    ]
+
+
+def write_groups(out: Path, table: str, rows: list[dict], runs: list[dict]) -> list[Path]:
+    """compare.md (`table`), compare.csv (the groups), runs.csv (the runs) and compare.png."""
+    (out / "compare.md").write_text(table)
+    write_csv(out / "compare.csv", rows)
+    write_csv(out / "runs.csv", runs)
+    accuracy_chart(rows, out / "compare.png")
+    return [out / name for name in ("compare.md", "compare.csv", "runs.csv", "compare.png")]
+
+
+def write_ranking(out: Path, rows: list[dict], published: dict[str, dict]) -> list[Path]:
+    """ranking.md where some group qualifies; says when the reference table's data sets are none of the runs'."""
+    compared_data = {row["data"] for row in rows}
+    unmatched = sorted({r["data"] for r in published.values()} - compared_data)
+    if unmatched:
+        print(
+            f"note: the reference table's data ({', '.join(unmatched)}) is not these runs' "
+            f"({', '.join(sorted(compared_data))}): ranking.md sets none of its rows beside them"
+        )
+    ranking = ranking_table(rows, published)
+    if not ranking:
+        return []
+    (out / "ranking.md").write_text(ranking)
+    return [out / "ranking.md"]
+
+
+def write_transfer(out: Path, rows: list[dict]) -> list[Path]:
+    """transfer.png where groups were evaluated at two or more sizes."""
+    curves = transfer_curves(rows)
+    if not curves:
+        return []
+    transfer_chart(curves, out / "transfer.png")
+    return [out / "transfer.png"]
+
+
+def write_extrapolation(out: Path, rows: list[dict]) -> list[Path]:
+    """extrapolation.md and .png where groups were evaluated with an asked-for temperature."""
+    conversions = extrapolation_curves(rows)
+    if not conversions:
+        return []
+    (out / "extrapolation.md").write_text(
+        extrapolation_table(conversions)
+        + "\nThe best conversion at each size:\n\n"
+        + best_conversions_table(conversions)
+    )
+    figure = extrapolation_figure(conversions)
+    figure.savefig(out / "extrapolation.png", dpi=110)
+    pyplot().close(figure)
+    return [out / "extrapolation.md", out / "extrapolation.png"]
+
+
+def write_epochs(out: Path, runs: list[dict]) -> list[Path]:
+    """epochs.png and epochs.md where runs validated more than once."""
+    curves = epoch_curves(runs)
+    if not curves:
+        return []
+    epoch_chart(curves, out / "epochs.png")
+    (out / "epochs.md").write_text(epochs_table(curves))
+    return [out / "epochs.png", out / "epochs.md"]
+
+
+def write_minutes(out: Path, runs: list[dict]) -> list[Path]:
+    """accuracy_vs_minutes.png where runs' event files timed their validations or tests."""
+    curves = minutes_curves(runs)
+    if not curves:
+        return []
+    minutes_chart(curves, out / "accuracy_vs_minutes.png")
+    return [out / "accuracy_vs_minutes.png"]
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
