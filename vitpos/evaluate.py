@@ -4,10 +4,13 @@
 
 Each model is converted to every size with its scheme's resize rule (`resize_mode=` picks the
 mode, `attn_temperature=log` scales the logits by log N / log N_train) and evaluated on the test
-split (`split=val` for validation); images are resized from the dataset's native resolution
-(bicubic) and the patch size stays fixed. `resize_mode=best` tries every mode of the scheme with
-and without the temperature (unless `attn_temperature=` is given) on the validation split, prints
-the best per size and evaluates only that one on `split`, which thus plays no part in the choice;
+split (`split=val` for validation); the patch size stays fixed. Images come from the dataset's
+native ones: at a smaller size downsampled once (antialiased), at a larger one upsampled (bicubic),
+so a model trained on downsampled images meets the native pixels at the native size; every row
+says which (`pixels`: native, downsampled or upsampled, see `data.pixels_label`).
+`resize_mode=best` tries every mode of the scheme with and without the temperature (unless
+`attn_temperature=` is given) on the validation split, prints the best per size and evaluates
+only that one on `split`, which thus plays no part in the choice;
 `resize_mode=all` evaluates every one of those conversions on `split` (a line each).
 Says on stderr what it evaluates (checkpoint, size, split; a bar over the batches on a terminal),
 prints each accuracy in percent, writes `resolution.md`, `resolution.csv` and `resolution.png`
@@ -44,6 +47,7 @@ from tqdm import tqdm
 
 from .cli import keyword_defaults, parse_options
 from .config import data_settings, instantiate
+from .data import describe_pixels
 from .errors import ConfigError, VitposError, print_line
 from .errors import report as report_error
 from .model import ATTN_TEMPERATURES, check_attn_temperature, image_size
@@ -152,9 +156,11 @@ def evaluate(
         writer = _tensorboard_writer(path)
         candidates = conversions(trained["pos"], resize_mode, attn_temperature)
         for size in sizes:
-            datamodule.img_size = size
+            datamodule.use_size(size)
             chosen, note, chosen_on = candidates[0], "", ""
-            doing = f"{run_label(path)} (checkpoint {number}/{len(paths)}) at {size_tag(size)}, "
+            pixels = describe_pixels(size, datamodule.native_size)
+            doing = f"{run_label(path)} (checkpoint {number}/{len(paths)}) at {size_tag(size)}"
+            doing += f" ({pixels}), " if pixels else ", "
             if resize_mode == ALL:
                 for index, (mode, temperature) in enumerate(candidates, 1):
                     model = model_from_checkpoint(checkpoint, size, mode, temperature).to(device)
@@ -261,6 +267,7 @@ def evaluate_one(
         pos=trained["pos"],
         trained_at=size_tag(trained["img_size"]),
         img_size=size_tag(size),
+        pixels=datamodule.pixels(size),
         resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),
         attn_temperature=model.config["attn_temperature"],
         chosen_on="",
@@ -271,7 +278,8 @@ def evaluate_one(
     )
     conversion = f" {conversion_label(row['resize_mode'], row['attn_temperature'])}" if forced else ""
     print(
-        f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}{conversion}  {split} acc {percent(acc)}{note}",
+        f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9} {row['pixels']:<11}{conversion}  "
+        f"{split} acc {percent(acc)}{note}",
         flush=True,
     )
     if writer is not None:
@@ -308,7 +316,8 @@ def write_outputs(
 ) -> None:
     """resolution.csv (one row per checkpoint and size), resolution.md (one row per checkpoint,
     one column per size) and resolution.png (accuracy vs resolution, one line per checkpoint);
-    `by_conversion` (resize_mode=all): a row and a line per checkpoint and conversion."""
+    `by_conversion` (resize_mode=all): a row and a line per checkpoint and conversion. A size's
+    `pixels` label heads its column and tick where every checkpoint's data agree, else follows each cell."""
     plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "resolution.csv", "w", newline="") as f:
@@ -316,6 +325,10 @@ def write_outputs(
         writer.writeheader()
         writer.writerows(rows)
     tags = [size_tag(size) for size in sizes]
+    shared = {}  # size tag -> the pixels label all rows at that size share ("" where they differ or lack one)
+    for tag in tags:
+        labels = {row["pixels"] for row in rows if row["img_size"] == tag}
+        shared[tag] = labels.pop() if len(labels) == 1 else ""
 
     def convert(row: dict) -> str:
         return conversion_label(row["resize_mode"], row["attn_temperature"]) if by_conversion else ""
@@ -323,10 +336,14 @@ def write_outputs(
     runs = list(dict.fromkeys((row["run"], convert(row)) for row in rows))
     by_run = {run: {row["img_size"]: row for row in rows if (row["run"], convert(row)) == run} for run in runs}
     names = ["run", "pos", "trained at", *(["conversion"] if by_conversion else [])]
-    lines = ["| " + " | ".join([*names, *tags]) + " |", "|" + "---|" * len(names) + "---:|" * len(tags)]
+    headers = [f"{tag} {shared[tag]}".strip() for tag in tags]
+    lines = ["| " + " | ".join([*names, *headers]) + " |", "|" + "---|" * len(names) + "---:|" * len(tags)]
     for run in runs:
         first = next(iter(by_run[run].values()))
-        accs = [f"{100 * by_run[run][t]['acc']:.2f}" for t in tags]
+        accs = [
+            f"{100 * by_run[run][t]['acc']:.2f}" + ("" if shared[t] else f" {by_run[run][t]['pixels']}".rstrip())
+            for t in tags
+        ]
         cells = [run[0], first["pos"], first["trained_at"], *([run[1]] if by_conversion else []), *accs]
         lines.append("| " + " | ".join(cells) + " |")
     if limit:
@@ -347,7 +364,7 @@ def write_outputs(
             linestyle=styles[index // 10 % 4],
             label=f"{first['pos']} ({' '.join(filter(None, run))})",
         )
-    axes.set_xticks(heights, tags)
+    axes.set_xticks(heights, [f"{tag}\n{shared[tag]}" for tag in tags])
     axes.set_xlabel("evaluation resolution")
     axes.set_ylabel(f"top-1 {rows[0]['split']} accuracy (%)")
     subset = f", {limit} images drawn at random" if limit else ""

@@ -23,7 +23,15 @@ its cache, `fashion_mnist`, `synthetic`). Every public name is re-exported here:
 `_target_: vitpos.data.<Class>` (also those saved in earlier checkpoints) resolve through it.
 """
 
-from .augment import AUGMENTS, BATCH_POLICIES, AutoAugmentBatch, random_crop_flip
+from .augment import (
+    AUGMENTS,
+    BATCH_POLICIES,
+    AutoAugmentBatch,
+    random_crop_flip,
+    random_resized_boxes,
+    random_resized_crop,
+    resized_crop,
+)
 from .cifar10 import (
     CIFAR10_ARCHIVE,
     CIFAR10_BATCHES,
@@ -36,7 +44,7 @@ from .cifar10 import (
     read_cifar10_archive,
     unpickle_cifar10,
 )
-from .datamodule import ImageDataModule
+from .datamodule import ImageDataModule, describe_pixels, downsample, pixels_label
 from .fashion_mnist import DEBIAN_FASHION_MNIST, FashionMNISTDataModule, read_idx
 from .image_folder import ImageFolderDataModule, ImageSplits, load_image_tree
 from .sampling import DeviceBatches, ResumableDataLoader, ShardedSampler, UInt8ImageDataset
@@ -67,6 +75,12 @@ __all__ = [
     "load_image_tree",
     "make_synthetic",
     "random_crop_flip",
+    "random_resized_boxes",
+    "random_resized_crop",
+    "resized_crop",
+    "describe_pixels",
+    "downsample",
+    "pixels_label",
     "read_cifar10",
     "read_cifar10_archive",
     "read_idx",
