@@ -6,7 +6,9 @@ the normalisation run batched on the training device in `on_after_batch_transfer
 only indexes tensors. With `device_resident` (the default on CUDA) the uint8 set itself lives on
 the training device and each batch is one indexing of it (`DeviceBatches`): no per-sample Python,
 no collate, no host-to-device copy per step. The `randaugment` / `trivialaugment` policies run
-batched there too, before the resize: each image draws its own ops, each op runs once per group.
+batched there too, before the resize: each image draws its own ops, each op runs once per group;
+`rrc`, a random-resized crop, replaces the padded crop. Below the dataset's own resolution a split
+is downsampled once, when loaded (`downsample`); `pixels_label` names native, downsampled, upsampled.
 
 - `cifar10`: CIFAR-10 from the pickled batches (torchvision's download), the official archive or
   an image tree of it (e.g. a JPEG copy), whichever `data.root` or the data folder holds.

@@ -260,7 +260,7 @@ def resized_crop(images: Tensor, top: Tensor, left: Tensor, box_h: Tensor, box_w
 
     One `grid_sample` over the batch, not `resized_crop` per image: every image has its own box. A
     box never exceeds the image, so the resize only enlarges and torchvision's antialias is a no-op."""
-    batch, _, height, width = images.shape
+    height, width = images.shape[-2:]
 
     def source(start: Tensor, extent: Tensor, size: int) -> Tensor:  # (B, size): the pixel coordinate sampled
         centres = torch.arange(size, device=images.device, dtype=images.dtype) + 0.5
