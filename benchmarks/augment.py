@@ -1,10 +1,12 @@
 """RandAugment and TrivialAugment batched on the training device (`vitpos.data.AutoAugmentBatch`,
 what `data.augment=randaugment|trivialaugment` runs) against torchvision's transform applied to
-each image in DataLoader workers (the input path these policies used to take). Not a test: it
-prints figures and writes JSON.
+each image in DataLoader workers (the input path these policies used to take); `--policies rrc`:
+the batched random-resized crop of `data.augment=rrc` against torchvision's RandomResizedCrop.
+Not a test: it prints figures and writes JSON.
 
     python benchmarks/augment.py                                   # batch 128, 32 px, 4 workers
     python benchmarks/augment.py --out benchmarks/results/augment_cpu.json
+    python benchmarks/augment.py --policies rrc
 
 Each figure is uint8 augmented images/s (what each path hands to the crop, flip and normalisation
 they share), the median over `--rounds` rounds of `--batches` batches; the ratio is the median of
@@ -27,10 +29,19 @@ import torch
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
-from vitpos.data import BATCH_POLICIES, UInt8ImageDataset
+from vitpos.data import BATCH_POLICIES, UInt8ImageDataset, random_resized_crop
 from vitpos.precision import cpu_name
 
-PER_IMAGE = {"randaugment": v2.RandAugment, "trivialaugment": v2.TrivialAugmentWide}  # torchvision's defaults
+RRC_SCALE, RRC_RATIO = (0.35, 1.0), (3 / 4, 4 / 3)  # the data configs' rrc_scale and rrc_ratio
+PER_IMAGE = {  # torchvision's defaults, for an image side of `size`
+    "randaugment": lambda size: v2.RandAugment(),
+    "trivialaugment": lambda size: v2.TrivialAugmentWide(),
+    "rrc": lambda size: v2.RandomResizedCrop(size, scale=RRC_SCALE, ratio=RRC_RATIO),
+}
+BATCHED = {  # rrc runs on the float batch the resize hands it: the conversion is timed with it
+    **BATCH_POLICIES,
+    "rrc": lambda images: random_resized_crop(images.float().div_(255), RRC_SCALE, RRC_RATIO),
+}
 
 
 class PerImage(UInt8ImageDataset):
@@ -46,7 +57,7 @@ class PerImage(UInt8ImageDataset):
 
 
 def worker_rate(images: torch.Tensor, policy: str, args) -> float:
-    loader = DataLoader(PerImage(images, PER_IMAGE[policy]()), batch_size=args.batch, num_workers=args.workers)
+    loader = DataLoader(PerImage(images, PER_IMAGE[policy](args.size)), batch_size=args.batch, num_workers=args.workers)
     batches = iter(loader)
     for _ in range(2 * args.workers):  # every worker has started and handed in a batch
         next(batches)
@@ -59,7 +70,7 @@ def worker_rate(images: torch.Tensor, policy: str, args) -> float:
 
 
 def batched_rate(images: torch.Tensor, policy: str, args, device: torch.device) -> float:
-    augment, images = BATCH_POLICIES[policy], images.to(device)
+    augment, images = BATCHED[policy], images.to(device)
     augment(images[: args.batch])  # warm-up: caches the gathers the draws need first
     if device.type == "cuda":
         torch.cuda.synchronize()

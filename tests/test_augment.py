@@ -1,6 +1,7 @@
 """RandAugment and TrivialAugmentWide batched (`vitpos.data.AutoAugmentBatch`): each op on a group
 is torchvision's op on each image, exactly; an image's draws replay torchvision's transform; the
-draws are uniform and per image; the whole batched policy has the per-image policy's distribution."""
+draws are uniform and per image; the whole batched policy has the per-image policy's distribution.
+The batched random-resized crop (`augment=rrc`): torchvision's box distribution and resized crop."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from torchvision.transforms import v2
 
-from vitpos.data import BATCH_POLICIES, SyntheticDataModule
+from vitpos.data import BATCH_POLICIES, SyntheticDataModule, random_resized_boxes, resized_crop
 from vitpos.data.augment import NUM_MAGNITUDE_BINS, apply_op
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -161,3 +162,84 @@ def test_the_datamodule_augments_training_batches_only_before_the_crop():
     expected = module.preprocess(BATCH_POLICIES["randaugment"](images), train=False)
     assert torch.equal(trained, expected)
     assert not torch.equal(trained, module.preprocess(images, train=False))
+
+
+# ----------------------------------------------------------------------------------------------
+# the batched random-resized crop (augment=rrc)
+
+
+@pytest.mark.parametrize("scale, ratio", [((0.35, 1.0), (3 / 4, 4 / 3)), ((0.08, 0.5), (0.5, 2.0))])
+def test_rrc_boxes_follow_torchvisions_scale_and_ratio_draw(scale, ratio):
+    """Seeded histograms: the boxes' heights, widths and offsets have the distribution of
+    torchvision v2 RandomResizedCrop.make_params on the same image, and every box lies in the image
+    with its area share and aspect ratio in the ranges (up to the rounding of its sides)."""
+    height, width, count = 24, 20, 20_000
+    torch.manual_seed(0)
+    top, left, box_h, box_w = random_resized_boxes(count, height, width, scale, ratio)
+    assert (top >= 0).all() and (left >= 0).all() and (top + box_h <= height).all() and (left + box_w <= width).all()
+    share, aspect = box_h * box_w / (height * width), box_w / box_h
+    rounding = (box_h + box_w + 1) / (height * width)  # a side rounded by up to half a pixel
+    assert (share >= scale[0] - rounding).all() and (share <= scale[1] + rounding).all()
+    assert (aspect >= ratio[0] * (1 - 1 / box_h) - 1e-6).all() and (aspect <= ratio[1] * (1 + 1 / box_h) + 1e-6).all()
+    transform = v2.RandomResizedCrop((height, width), scale=scale, ratio=ratio)
+    image = torch.zeros(3, height, width)
+    reference = [transform.make_params([image]) for _ in range(count)]
+    for ours, key, bins in ((box_h, "height", height), (box_w, "width", width)):
+        theirs = torch.tensor([params[key] for params in reference])
+        frequencies = (
+            torch.bincount(ours, minlength=bins + 1) / count,
+            torch.bincount(theirs, minlength=bins + 1) / count,
+        )
+        assert (frequencies[0] - frequencies[1]).abs().max() < 0.015, key
+    room = height - box_h  # the top offset is uniform over 0..room
+    has_room = room > 0
+    assert abs((top[has_room] / room[has_room]).mean() - 0.5) < 0.01
+
+
+def test_rrc_falls_back_to_torchvisions_central_crop():
+    """No draw fits (a ratio of 3-4 on a square image): every box is the central 32 x 11 crop."""
+    torch.manual_seed(0)
+    boxes = random_resized_boxes(8, 32, 32, (0.9, 1.0), (3.0, 4.0))
+    reference = v2.RandomResizedCrop(32, scale=(0.9, 1.0), ratio=(3.0, 4.0)).make_params([torch.zeros(3, 32, 32)])
+    expected = (reference["top"], reference["left"], reference["height"], reference["width"])
+    assert all(tuple(int(values[i]) for values in boxes) == expected for i in range(8))
+
+
+def test_rrc_output_is_torchvisions_resized_crop_of_each_box():
+    """One grid_sample over the batch gives each image torchvision's resized_crop of its own box
+    (bilinear, antialias=True) to 1e-5 on [0, 1] images, on a rectangular image."""
+    generator = torch.Generator().manual_seed(1)
+    images = torch.rand(64, 3, 24, 20, generator=generator)
+    torch.manual_seed(2)
+    boxes = random_resized_boxes(64, 24, 20, (0.08, 1.0), (3 / 4, 4 / 3))
+    out = resized_crop(images, *boxes)
+    reference = torch.stack(
+        [
+            v2.functional.resized_crop(image, *(int(b[i]) for b in boxes), [24, 20], antialias=True)
+            for i, image in enumerate(images)
+        ]
+    )
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=0)
+    full = [
+        torch.zeros(64, dtype=torch.long),
+        torch.zeros(64, dtype=torch.long),
+        torch.full((64,), 24),
+        torch.full((64,), 20),
+    ]
+    torch.testing.assert_close(resized_crop(images, *full), images, atol=1e-5, rtol=0)  # the whole image: itself
+
+
+def test_augment_rrc_crops_then_flips_from_the_runs_stream():
+    """data.augment=rrc with hflip: a training batch is each image's random-resized crop, mirrored
+    where the flip draw says so, both drawn from the global RNG (so a restored RNG state replays
+    them); about half the images are mirrored; evaluation batches are not augmented."""
+    module = SyntheticDataModule(img_size=32, augment="rrc", rrc_scale=[0.35, 1.0], hflip=True)
+    images = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(7)
+    trained = module.preprocess(images, train=True)
+    plain = module.preprocess(images, train=False)
+    torch.manual_seed(7)
+    cropped = resized_crop(plain, *random_resized_boxes(64, 32, 32, (0.35, 1.0), (3 / 4, 4 / 3)))
+    flip = torch.rand(64) < 0.5
+    torch.testing.assert_close(trained, torch.where(flip[:, None, None, None], cropped.flip(-1), cropped))
+    assert 16 < int(flip.sum()) < 48 and not torch.allclose(trained, plain)

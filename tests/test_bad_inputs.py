@@ -29,6 +29,10 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("data.batch_size=-1", "data.batch_size=-1 must be a positive integer"),
     ("optim.lr=-1", "optim.lr=-1 must be a non-negative number"),
     ("data.augment=foo", "data.augment='foo' is not one of"),
+    ("+data.rrc_scale=[0,1]", r"data.rrc_scale=\[0, 1\] must be a \[low, high\] pair with 0 < low <= high <= 1"),
+    ("+data.rrc_scale=[0.5,1.5]", r"data.rrc_scale=\[0.5, 1.5\] must be a \[low, high\] pair"),
+    ("+data.rrc_ratio=[2,1]", r"data.rrc_ratio=\[2, 1\] must be a \[low, high\] pair with 0 < low <= high, e.g."),
+    ("+data.rrc_ratio=abc", r"data.rrc_ratio='abc' must be a \[low, high\] pair"),
     ("data.batch_size=4096", "fewer than one batch"),
     ("paths.log_dir=/proc/vitpos-cannot-write-here", "cannot write to paths.log_dir"),
     ("train_img_sizes=[24,0]", "train_img_sizes entry 0 must be a positive integer"),
@@ -181,7 +185,7 @@ def test_cli_prints_one_error_line_with_exit_code_2(tmp_path):
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
-        "error: data.augment='foo' is not one of none, standard, randaugment, trivialaugment"
+        "error: data.augment='foo' is not one of none, standard, randaugment, trivialaugment, rrc"
     ]
 
 

@@ -412,11 +412,12 @@ def check_outputs(out: Path, pos: str) -> list[dict]:
     assert (out / "resolution.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = read_csv(out / "resolution.csv")
     assert [row["img_size"] for row in rows] == ["32px", "48px"]  # one row per size
+    assert [row["pixels"] for row in rows] == ["native", "upsampled"]  # of the 32 px synthetic images
     for row in rows:
         assert row["pos"] == pos and row["trained_at"] == "32px" and row["split"] == "test"
         assert 0.0 <= float(row["acc"]) <= 1.0
     lines = (out / "resolution.md").read_text().split("\n\n")[0].splitlines()  # the table, then a subset's note
-    assert lines[0] == "| run | pos | trained at | 32px | 48px |"
+    assert lines[0] == "| run | pos | trained at | 32px native | 48px upsampled |"
     assert len(lines) == 3 and f"| {pos} | 32px |" in lines[2]
     assert lines[2].endswith(" | ".join(f"{100 * float(row['acc']):.2f}" for row in rows) + " |")
     return rows
@@ -584,7 +585,9 @@ def test_evaluate_says_what_it_evaluates_and_prints_percent(scheme_ckpts, tmp_pa
     printed = capsys.readouterr()
     announced = [line for line in printed.err.splitlines() if line.startswith("vitpos.evaluate: ")]
     assert [line.split(" (", 1)[1] for line in announced] == [
-        f"checkpoint {n}/2) at {size}px, test split, 40 images" for n in (1, 2) for size in (32, 48)
+        f"checkpoint {n}/2) at {size}px ({pixels}), test split, 40 images"
+        for n in (1, 2)
+        for size, pixels in ((32, "native pixels"), (48, "upsampled from 32px"))
     ]
     rows = read_csv(out / "resolution.csv")
     results = [line for line in printed.out.splitlines() if " test acc " in line]

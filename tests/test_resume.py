@@ -95,6 +95,11 @@ def uninterrupted_randaugment(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def uninterrupted_rrc(tmp_path_factory):
+    return run_uninterrupted(tmp_path_factory.mktemp("resume_rrc"), RUN, "rrc")
+
+
+@pytest.fixture(scope="module")
 def uninterrupted_curriculum(tmp_path_factory):
     return run_uninterrupted(tmp_path_factory.mktemp("resume_curriculum"), CURRICULUM)
 
@@ -115,6 +120,8 @@ def images_in(batches: list[str]) -> int:
         ("SIGTERM", EXIT_PREEMPTED, "device_resident", "fixed", "standard", 6, 6),
         # its batched draws replay from the saved RNG state
         ("SIGKILL", -9, "device_resident", "fixed", "randaugment", 6, 4),
+        # the random-resized crop's boxes too
+        ("SIGTERM", EXIT_PREEMPTED, "dataloader", "fixed", "rrc", 6, 6),
         # inside the 24 px phase (steps 3-6)
         ("SIGTERM", EXIT_PREEMPTED, "dataloader", "curriculum", "standard", 4, 4),
         # at the 16 px phase's last step, the stop waits for the 24 px phase's first step: Lightning would

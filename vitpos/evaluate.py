@@ -4,10 +4,13 @@
 
 Each model is converted to every size with its scheme's resize rule (`resize_mode=` picks the
 mode, `attn_temperature=log` scales the logits by log N / log N_train) and evaluated on the test
-split (`split=val` for validation); images are resized from the dataset's native resolution
-(bicubic) and the patch size stays fixed. `resize_mode=best` tries every mode of the scheme with
-and without the temperature (unless `attn_temperature=` is given) on the validation split, prints
-the best per size and evaluates only that one on `split`, which thus plays no part in the choice;
+split (`split=val` for validation); the patch size stays fixed. Images come from the dataset's
+native ones: at a smaller size downsampled once (antialiased), at a larger one upsampled (bicubic),
+so a model trained on downsampled images meets the native pixels at the native size; every row
+says which (`pixels`: native, downsampled or upsampled, see `data.pixels_label`).
+`resize_mode=best` tries every mode of the scheme with and without the temperature (unless
+`attn_temperature=` is given) on the validation split, prints the best per size and evaluates
+only that one on `split`, which thus plays no part in the choice;
 `resize_mode=all` evaluates every one of those conversions on `split` (a line each).
 Says on stderr what it evaluates (checkpoint, size, split; a bar over the batches on a terminal),
 prints each accuracy in percent, writes `resolution.md`, `resolution.csv` and `resolution.png`
@@ -46,6 +49,7 @@ from tqdm import tqdm
 from . import markdown
 from .cli import keyword_defaults, parse_options
 from .config import data_settings, instantiate
+from .data import describe_pixels
 from .errors import ConfigError, VitposError, print_line
 from .errors import report as report_error
 from .model import ATTN_TEMPERATURES, check_attn_temperature, image_size
@@ -147,7 +151,9 @@ def evaluate(
         subsetted |= split_subset(datamodule, split, limit) is not None
         writer = _tensorboard_writer(path)
         for size in sizes:
-            doing = f"{run_label(path)} (checkpoint {number}/{len(paths)}) at {size_tag(size)}, "
+            pixels = describe_pixels(size, datamodule.native_size)
+            doing = f"{run_label(path)} (checkpoint {number}/{len(paths)}) at {size_tag(size)}"
+            doing += f" ({pixels}), " if pixels else ", "
             rows += evaluate_at_size(checkpoint, path, datamodule, size, request, writer, doing)
         if writer is not None:
             writer.close()
@@ -188,7 +194,7 @@ def evaluate_at_size(
 ) -> list[dict]:
     """The rows of checkpoint `path` at `size`: one per conversion under `resize_mode=all`, else one,
     of the conversion asked for or of the one `choose_conversion` picks."""
-    datamodule.img_size = size
+    datamodule.use_size(size)
     trained = checkpoint["hyper_parameters"]["model"]
     candidates = conversions(trained["pos"], request.resize_mode, request.attn_temperature)
 
@@ -285,6 +291,7 @@ def evaluate_one(
         pos=trained["pos"],
         trained_at=size_tag(trained["img_size"]),
         img_size=size_tag(size),
+        pixels=datamodule.pixels(size),
         resize_mode=model.config["pos_kwargs"].get("resize_mode", ""),
         attn_temperature=model.config["attn_temperature"],
         chosen_on="",
@@ -295,7 +302,8 @@ def evaluate_one(
     )
     conversion = f" {conversion_label(row['resize_mode'], row['attn_temperature'])}" if forced else ""
     print(
-        f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9}{conversion}  {split} acc {percent(acc)}{note}",
+        f"{row['run']:<50} {row['pos']:<12} {row['img_size']:>9} {row['pixels']:<11}{conversion}  "
+        f"{split} acc {percent(acc)}{note}",
         flush=True,
     )
     if writer is not None:
@@ -332,7 +340,8 @@ def write_outputs(
 ) -> None:
     """resolution.csv (one row per checkpoint and size), resolution.md (one row per checkpoint,
     one column per size) and resolution.png (accuracy vs resolution, one line per checkpoint);
-    `by_conversion` (resize_mode=all): a row and a line per checkpoint and conversion."""
+    `by_conversion` (resize_mode=all): a row and a line per checkpoint and conversion. A size's
+    `pixels` label heads its column and tick where every checkpoint's data agree, else follows each cell."""
     plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "resolution.csv", "w", newline="") as f:
@@ -340,6 +349,10 @@ def write_outputs(
         writer.writeheader()
         writer.writerows(rows)
     tags = [size_tag(size) for size in sizes]
+    shared = {}  # size tag -> the pixels label all rows at that size share ("" where they differ or lack one)
+    for tag in tags:
+        labels = {row["pixels"] for row in rows if row["img_size"] == tag}
+        shared[tag] = labels.pop() if len(labels) == 1 else ""
 
     def convert(row: dict) -> str:
         return conversion_label(row["resize_mode"], row["attn_temperature"]) if by_conversion else ""
@@ -347,12 +360,16 @@ def write_outputs(
     runs = list(dict.fromkeys((row["run"], convert(row)) for row in rows))
     by_run = {run: {row["img_size"]: row for row in rows if (row["run"], convert(row)) == run} for run in runs}
     names = ["run", "pos", "trained at", *(["conversion"] if by_conversion else [])]
+    headers = [f"{tag} {shared[tag]}".strip() for tag in tags]
     body = []
     for run in runs:
         first = next(iter(by_run[run].values()))
-        accs = [f"{100 * by_run[run][t]['acc']:.2f}" for t in tags]
+        accs = [
+            f"{100 * by_run[run][t]['acc']:.2f}" + ("" if shared[t] else f" {by_run[run][t]['pixels']}".rstrip())
+            for t in tags
+        ]
         body.append([run[0], first["pos"], first["trained_at"], *([run[1]] if by_conversion else []), *accs])
-    table = markdown.table([*names, *tags], body, align="l" * len(names) + "r" * len(tags))
+    table = markdown.table([*names, *headers], body, align="l" * len(names) + "r" * len(tags))
     subset = f"\nOn {rows[0]['images']} {rows[0]['split']} images drawn at random (`limit={limit}`, seed 0).\n"
     (out / "resolution.md").write_text(table + (subset if limit else ""))
 
@@ -370,7 +387,7 @@ def write_outputs(
             linestyle=styles[index // 10 % 4],
             label=f"{first['pos']} ({' '.join(filter(None, run))})",
         )
-    axes.set_xticks(heights, tags)
+    axes.set_xticks(heights, [f"{tag}\n{shared[tag]}" for tag in tags])
     axes.set_xlabel("evaluation resolution")
     axes.set_ylabel(f"top-1 {rows[0]['split']} accuracy (%)")
     subset = f", {limit} images drawn at random" if limit else ""

@@ -24,7 +24,7 @@ from torch.utils.tensorboard.summary import hparams as hparams_summary
 
 from .callbacks import AtomicCheckpointIO, LastCheckpoint
 from .config import CONFIG_DIR, instantiate, to_container
-from .data import ImageDataModule
+from .data import ImageDataModule, describe_pixels
 from .data.curriculum import curriculum_tag
 from .errors import ConfigError, Preempted, RankLostError, check_setting, is_integer
 from .finetune import finetune_source
@@ -345,9 +345,11 @@ def start_run(
     if datamodule.curriculum:
         size_note = " | curriculum " + datamodule.curriculum.describe(trainer.max_epochs)
     source_note = " from " + datamodule.source if datamodule.source else ""
+    pixels = describe_pixels(datamodule.img_size, datamodule.native_size)  # "" where the data's size is unknown
+    pixels_note = f", {pixels}" if pixels else ""
     print(
         f"vitpos: run {logger.log_dir} | pos={scheme_label(cfg.pos)} | {grid} grid "
-        f"({size_tag(module.model.config['img_size'])}, patch {module.model.patch_size}){size_note} | "
+        f"({size_tag(module.model.config['img_size'])}{pixels_note}, patch {module.model.patch_size}){size_note} | "
         f"data={datamodule.name}{source_note} ({len(datamodule.train_set)} train, {len(datamodule.val_set)} val) "
         f"| {params / 1e6:.2f}M params | precision {trainer.precision} on "
         f"{device_description(trainer.strategy.root_device)}",
@@ -486,6 +488,9 @@ def finish_run(
     metrics["log_dir"] = str(log_dir)
     metrics["params"] = params
     metrics["data_source"] = datamodule.source or datamodule.name
+    # the training size against the data's own (compare labels each evaluated size from native_size)
+    metrics["pixels"] = datamodule.pixels()
+    metrics["native_size"] = list(datamodule.native_size) if datamodule.native_size else None
     metrics["fit_seconds"] = round(fit_seconds, 1)
     metrics["images_trained"] = images
     # the run's one throughput figure (summary, results.json, compare): training images over the fit's

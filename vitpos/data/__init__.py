@@ -6,7 +6,9 @@ the normalisation run batched on the training device in `on_after_batch_transfer
 only indexes tensors. With `device_resident` (the default on CUDA) the uint8 set itself lives on
 the training device and each batch is one indexing of it (`DeviceBatches`): no per-sample Python,
 no collate, no host-to-device copy per step. The `randaugment` / `trivialaugment` policies run
-batched there too, before the resize: each image draws its own ops, each op runs once per group.
+batched there too, before the resize: each image draws its own ops, each op runs once per group;
+`rrc`, a random-resized crop, replaces the padded crop. Below the dataset's own resolution a split
+is downsampled once, when loaded (`downsample`); `pixels_label` names native, downsampled, upsampled.
 
 - `cifar10`: CIFAR-10 from the pickled batches (torchvision's download), the official archive or
   an image tree of it (e.g. a JPEG copy), whichever `data.root` or the data folder holds.
@@ -23,7 +25,15 @@ its cache, `fashion_mnist`, `synthetic`). Every public name is re-exported here:
 `_target_: vitpos.data.<Class>` (also those saved in earlier checkpoints) resolve through it.
 """
 
-from .augment import AUGMENTS, BATCH_POLICIES, AutoAugmentBatch, random_crop_flip
+from .augment import (
+    AUGMENTS,
+    BATCH_POLICIES,
+    AutoAugmentBatch,
+    random_crop_flip,
+    random_resized_boxes,
+    random_resized_crop,
+    resized_crop,
+)
 from .cifar10 import (
     CIFAR10_ARCHIVE,
     CIFAR10_BATCHES,
@@ -36,7 +46,7 @@ from .cifar10 import (
     read_cifar10_archive,
     unpickle_cifar10,
 )
-from .datamodule import ImageDataModule
+from .datamodule import ImageDataModule, describe_pixels, downsample, pixels_label
 from .fashion_mnist import DEBIAN_FASHION_MNIST, FashionMNISTDataModule, read_idx
 from .image_folder import ImageFolderDataModule, ImageSplits, load_image_tree
 from .sampling import DeviceBatches, ResumableDataLoader, ShardedSampler, UInt8ImageDataset
@@ -67,6 +77,12 @@ __all__ = [
     "load_image_tree",
     "make_synthetic",
     "random_crop_flip",
+    "random_resized_boxes",
+    "random_resized_crop",
+    "resized_crop",
+    "describe_pixels",
+    "downsample",
+    "pixels_label",
     "read_cifar10",
     "read_cifar10_archive",
     "read_idx",

@@ -1,5 +1,5 @@
 """Augmentation on the training device: the policy names, RandAugment and TrivialAugmentWide on a
-batch (`AutoAugmentBatch`), and the batched random crop + flip."""
+batch (`AutoAugmentBatch`), the batched random crop + flip and the batched random-resized crop."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import Tensor
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
-AUGMENTS = ("none", "standard", "randaugment", "trivialaugment")
+AUGMENTS = ("none", "standard", "randaugment", "trivialaugment", "rrc")
 NUM_MAGNITUDE_BINS = 31  # torchvision's default for both policies
 
 
@@ -221,3 +221,61 @@ def random_crop_flip(images: Tensor, padding: int, hflip: bool) -> Tensor:
         flip = torch.rand(batch, device=images.device) < 0.5
         images = torch.where(flip[:, None, None, None], images.flip(-1), images)
     return images
+
+
+RRC_TRIES = 10  # torchvision's RandomResizedCrop draws up to 10 boxes, then falls back to a central crop
+
+
+def random_resized_boxes(
+    batch: int, height: int, width: int, scale, ratio, device: torch.device | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per image, the box of torchvision v2 `RandomResizedCrop.make_params` on an H x W image: area
+    share uniform in `scale`, aspect ratio (width / height) log-uniform in `ratio`, the first of 10
+    draws that fits, at a uniform position; else the central crop of the ratio's nearest bound.
+    Returns top, left, box height, box width: int64 (B,) each. Uses the global RNG of `device`."""
+    area = torch.empty(batch, RRC_TRIES, device=device).uniform_(*scale) * (height * width)
+    aspect = torch.empty(batch, RRC_TRIES, device=device).uniform_(math.log(ratio[0]), math.log(ratio[1])).exp()
+    box_w, box_h = (area * aspect).sqrt().round(), (area / aspect).sqrt().round()  # round half to even, as round()
+    fits = (box_w > 0) & (box_w <= width) & (box_h > 0) & (box_h <= height)  # (B, tries)
+    first = fits.int().argmax(dim=1, keepdim=True)  # the first try that fits (0 where none does)
+    box_h, box_w = box_h.gather(1, first)[:, 0].long(), box_w.gather(1, first)[:, 0].long()
+    top = (torch.rand(batch, device=device) * (height - box_h + 1)).long().clamp_(max=height - box_h)
+    left = (torch.rand(batch, device=device) * (width - box_w + 1)).long().clamp_(max=width - box_w)
+    if width / height < ratio[0]:  # the fallback: the whole image, cut to the ratio's range
+        fallback_h, fallback_w = round(width / ratio[0]), width
+    elif width / height > ratio[1]:
+        fallback_h, fallback_w = height, round(height * ratio[1])
+    else:
+        fallback_h, fallback_w = height, width
+    fallback = ~fits.any(dim=1)
+    box_h, box_w = box_h.masked_fill(fallback, fallback_h), box_w.masked_fill(fallback, fallback_w)
+    top = top.masked_fill(fallback, (height - fallback_h) // 2)
+    left = left.masked_fill(fallback, (width - fallback_w) // 2)
+    return top, left, box_h, box_w
+
+
+def resized_crop(images: Tensor, top: Tensor, left: Tensor, box_h: Tensor, box_w: Tensor) -> Tensor:
+    """Each image's box resized to the images' size, bilinear, as torchvision's `resized_crop` of the
+    box (align_corners=False, the box's edge pixels repeated beyond it). images: float (B, C, H, W).
+
+    One `grid_sample` over the batch, not `resized_crop` per image: every image has its own box. A
+    box never exceeds the image, so the resize only enlarges and torchvision's antialias is a no-op."""
+    height, width = images.shape[-2:]
+
+    def source(start: Tensor, extent: Tensor, size: int) -> Tensor:  # (B, size): the pixel coordinate sampled
+        centres = torch.arange(size, device=images.device, dtype=images.dtype) + 0.5
+        coords = start[:, None] + centres * (extent[:, None] / size) - 0.5
+        return torch.minimum(torch.maximum(coords, start[:, None]), (start + extent - 1)[:, None])
+
+    rows = source(top.to(images.dtype), box_h.to(images.dtype), height) * (2 / max(height - 1, 1)) - 1  # (B, H)
+    cols = source(left.to(images.dtype), box_w.to(images.dtype), width) * (2 / max(width - 1, 1)) - 1  # (B, W)
+    # grid (B, H, W, 2): (x, y) in [-1, 1], corners aligned to the first and last pixel centres
+    grid = torch.stack(torch.broadcast_tensors(cols[:, None, :], rows[:, :, None]), dim=-1)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=True)
+
+
+def random_resized_crop(images: Tensor, scale, ratio) -> Tensor:
+    """Batched random-resized crop (torchvision v2 `RandomResizedCrop` to the images' own size, one
+    draw per image, see `random_resized_boxes`) of float images (B, C, H, W); uses the global torch
+    RNG of the images' device."""
+    return resized_crop(images, *random_resized_boxes(len(images), *images.shape[-2:], scale, ratio, images.device))

@@ -1,6 +1,8 @@
-"""`ImageDataModule`, the base of every dataset: the train/val split, the loaders (DataLoader or
-`DeviceBatches`, each over a `ShardedSampler`), and the batched resize, augmentation and
-normalisation on the training device after the transfer; subclasses only `load` a split."""
+"""`ImageDataModule`, the base of every dataset: the train/val split, each split held at its size
+(downsampled once from the native images, or native), the loaders (DataLoader or `DeviceBatches`,
+each over a `ShardedSampler`), and the batched resize, augmentation and normalisation on the
+training device after the transfer; subclasses only `load` a split. `pixels_label` says how a size
+relates to the dataset's own resolution."""
 
 from __future__ import annotations
 
@@ -11,27 +13,62 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader
+from torchvision.transforms.v2 import InterpolationMode
+from torchvision.transforms.v2 import functional as TF
 
 from ..errors import ConfigError
 from ..model import image_size
-from .augment import AUGMENTS, BATCH_POLICIES, random_crop_flip
+from ..runs import size_tag
+from .augment import AUGMENTS, BATCH_POLICIES, random_crop_flip, random_resized_crop
 from .curriculum import Curriculum, Phase
 from .sampling import DeviceBatches, ResumableDataLoader, ShardedSampler, UInt8ImageDataset
 
 
+def pixels_label(size, native) -> str:
+    """How images at `size` (H, W) relate to a dataset's own resolution `native` (H, W): `native`
+    (the stored pixels), `downsampled` (no side larger), `upsampled` (a side larger: interpolated
+    pixels, no new detail); "" where the native size is unknown (None: an image tree of mixed sizes)."""
+    if native is None:
+        return ""
+    size, native = image_size(size), image_size(native)
+    if size == native:
+        return "native"
+    return "downsampled" if all(s <= n for s, n in zip(size, native)) else "upsampled"
+
+
+def describe_pixels(size, native) -> str:
+    """`native pixels`, `downsampled from 32px`, `upsampled from 28px`, or "" (unknown native size):
+    `pixels_label` for the console."""
+    label = pixels_label(size, native)
+    return "native pixels" if label == "native" else f"{label} from {size_tag(native)}" if label else ""
+
+
+def downsample(images: Tensor, size: tuple[int, int]) -> Tensor:
+    """uint8 (N, C, H, W) -> uint8 (N, C, h, w): torchvision's antialiased bicubic resize of the
+    uint8 images, done once per split; in chunks, which bounds the float copy it may make."""
+    if tuple(images.shape[-2:]) == tuple(size):
+        return images
+    bicubic = InterpolationMode.BICUBIC
+    return torch.cat([TF.resize(chunk, list(size), bicubic, antialias=True) for chunk in images.split(4096)])
+
+
 class ImageDataModule(L.LightningDataModule):
-    """Base for the in-memory datasets. Subclasses set `num_classes`, `in_chans`, `native_size`,
-    `mean`, `std` and implement `load(train)`.
+    """Base for the in-memory datasets. Subclasses set `num_classes`, `in_chans`, `native_size`
+    (None where unknown: an image tree of mixed sizes), `mean`, `std` and implement `load(train)`.
 
     Args:
         data_dir: dataset root.
-        img_size: model input size, int or (H, W); images are resized (bicubic) from native size.
+        img_size: model input size, int or (H, W). Below the native size, the splits are
+            downsampled once (`downsample`); above it, each batch is upsampled (bicubic).
         batch_size: per-device batch size.
         augment: `standard` (random crop + flip), `randaugment` / `trivialaugment` (torchvision's
-            RandAugment / TrivialAugmentWide, drawn per image and applied batched at the native size,
-            then the crop + flip), `none`.
+            RandAugment / TrivialAugmentWide, drawn per image and applied batched at the stored size,
+            then the crop + flip), `rrc` (random-resized crop + flip, `random_resized_crop`), `none`.
         crop_padding: padding in pixels (at `img_size`) of the random crop.
-        hflip: random horizontal flip in the standard augmentation.
+        hflip: random horizontal flip in every augmentation.
+        rrc_scale: `rrc`'s range of the crop's area, as a share of the image's (torchvision's
+            default, 0.08, crops too little of a 32 px image).
+        rrc_ratio: `rrc`'s range of the crop's aspect ratio, width / height.
         val_size: number of training images held out for validation.
         train_subset: use only the first N remaining training images (short CPU budgets).
         split_seed: seed of the train/val split.
@@ -56,7 +93,7 @@ class ImageDataModule(L.LightningDataModule):
     name: str
     num_classes: int
     in_chans: int
-    native_size: tuple[int, int]
+    native_size: tuple[int, int] | None
     mean: tuple[float, ...]
     std: tuple[float, ...]
     source: str = ""  # which copy of the data was read, once loaded (runs record it)
@@ -69,6 +106,8 @@ class ImageDataModule(L.LightningDataModule):
         augment: str = "standard",
         crop_padding: int = 4,
         hflip: bool = True,
+        rrc_scale: list | tuple = (0.35, 1.0),
+        rrc_ratio: list | tuple = (3 / 4, 4 / 3),
         val_size: int = 5000,
         train_subset: int | None = None,
         split_seed: int = 0,
@@ -113,6 +152,8 @@ class ImageDataModule(L.LightningDataModule):
         self.augment = augment
         self.crop_padding = crop_padding
         self.hflip = hflip
+        self.rrc_scale = rrc_range(rrc_scale, "rrc_scale", "data.rrc_scale=[0.35,1]", most=1.0)
+        self.rrc_ratio = rrc_range(rrc_ratio, "rrc_ratio", "data.rrc_ratio=[0.75,1.333]")
         self.val_size = val_size
         self.train_subset = train_subset
         self.split_seed = split_seed
@@ -120,6 +161,7 @@ class ImageDataModule(L.LightningDataModule):
         self.download = download
         self.device_resident = device_resident
         self.train_set = self.val_set = self.test_set = None
+        self._native_splits: dict[str, UInt8ImageDataset] = {}  # val, test as loaded: `use_size` starts there
         self._on_device: dict[str, tuple[Tensor, Tensor]] = {}  # split -> (images, labels) on the device
 
     def load(self, train: bool) -> tuple[Tensor, Tensor]:
@@ -143,9 +185,37 @@ class ImageDataModule(L.LightningDataModule):
                 f"{len(train_index)} training images are fewer than one batch "
                 f"(data.batch_size={self.batch_size}{tokens}); raise data.train_subset or lower data.batch_size"
             )
-        self.train_set = UInt8ImageDataset(images[train_index], labels[train_index])
-        self.val_set = UInt8ImageDataset(images[val_index], labels[val_index])
-        self.test_set = UInt8ImageDataset(*self.load(train=False))
+        # one training size at or below the native one: its images are downsampled once, here; several
+        # (train_img_sizes, a curriculum) or a larger one: the native images, resized per batch
+        train_images = images[train_index]
+        if self.curriculum is None and len(set(self.train_img_sizes)) == 1:
+            train_images = self.held_at(train_images, self.train_img_sizes[0])
+        self.train_set = UInt8ImageDataset(train_images, labels[train_index])
+        self._native_splits = {
+            "val": UInt8ImageDataset(images[val_index], labels[val_index]),
+            "test": UInt8ImageDataset(*self.load(train=False)),
+        }
+        self.use_size(self.img_size)
+
+    def pixels(self, size=None) -> str:
+        """`pixels_label` of `size` (default `img_size`) against this dataset's native size."""
+        return pixels_label(size or self.img_size, self.native_size)
+
+    def held_at(self, images: Tensor, size: tuple[int, int]) -> Tensor:
+        """A split's native uint8 images as held for inputs of `size`: downsampled once where `size`
+        is a downsampling of them, else as they are (upsampled per batch in `preprocess`)."""
+        return downsample(images, size) if self.pixels(size) == "downsampled" else images
+
+    def use_size(self, size) -> None:
+        """Validate and test at `size` from now on (`vitpos.evaluate`'s sizes): the two splits are
+        taken again from their native images, never from another size's."""
+        self.img_size = image_size(size)
+        self.val_set, self.test_set = (
+            UInt8ImageDataset(self.held_at(split.images, self.img_size), split.labels)
+            for split in (self._native_splits["val"], self._native_splits["test"])
+        )
+        self._on_device.pop("val", None)
+        self._on_device.pop("test", None)
 
     def _shard(self) -> tuple[int, int]:
         trainer = self.trainer
@@ -227,15 +297,19 @@ class ImageDataModule(L.LightningDataModule):
 
     def preprocess(self, images: Tensor, train: bool, size: tuple[int, int] | None = None) -> Tensor:
         """uint8 (B, C, h, w) on the device -> normalised float (B, C, H, W) at `size` (default
-        `img_size`). Training: RandAugment / TrivialAugment on the uint8 batch at its native size,
-        then the resize and the crop + flip, whose padding scales with the size."""
+        `img_size`). Training: RandAugment / TrivialAugment on the uint8 batch at its stored size,
+        then the resize and the crop + flip, whose padding scales with the size (`rrc`: the
+        random-resized crop, then the flip)."""
         size = tuple(size or self.img_size)
         if train and self.augment in BATCH_POLICIES:
             images = BATCH_POLICIES[self.augment](images)
         images = images.float().div_(255)
         if tuple(images.shape[-2:]) != size:
             images = F.interpolate(images, size=size, mode="bicubic", antialias=True, align_corners=False).clamp_(0, 1)
-        if train and self.augment != "none":
+        if train and self.augment == "rrc":
+            images = random_resized_crop(images, self.rrc_scale, self.rrc_ratio)
+            images = random_crop_flip(images, 0, self.hflip)
+        elif train and self.augment != "none":
             padding = round(self.crop_padding * size[0] / self.img_size[0])
             images = random_crop_flip(images, padding, self.hflip)
         mean = torch.tensor(self.mean, device=images.device)[None, :, None, None]
@@ -253,3 +327,17 @@ class ImageDataModule(L.LightningDataModule):
             keep = max(1, round(len(labels) * self.img_size[0] * self.img_size[1] / (size[0] * size[1])))
             images, labels = images[:keep], labels[:keep]  # (k, C, h, w): tokens of one img_size step at most
         return self.preprocess(images, train=True, size=size), labels
+
+
+def rrc_range(value, setting: str, example: str, most: float | None = None) -> tuple[float, float]:
+    """A [low, high] range of `data.<setting>`: 0 < low <= high (<= `most`), else a ConfigError."""
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        low = high = float("nan")
+    if not (0 < low <= high and (most is None or high <= most)):
+        bound = f" <= {most:g}" if most is not None else ""
+        raise ConfigError(
+            f"data.{setting}={value!r} must be a [low, high] pair with 0 < low <= high{bound}, e.g. {example}"
+        )
+    return low, high

@@ -31,14 +31,15 @@ from .datamodule import ImageDataModule
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 SPLIT_FOLDERS = {"train": ("train",), "test": ("test", "val")}
-CACHE_FORMAT = 1  # bump when the cached tensors' meaning changes
+CACHE_FORMAT = 2  # bump when the cached tensors' meaning changes
 
 
 @dataclass
 class ImageSplits:
     """A decoded tree: uint8 images (N, C, H, W) and int64 labels (N,) per split, the class names
-    (label order), the training split's channel mean and std (0..1 scale) and a description of
-    the source (path, and whether it was lossy JPEG)."""
+    (label order), the training split's channel mean and std (0..1 scale), a description of
+    the source (path, and whether it was lossy JPEG) and whether its images differed in size
+    (then all were resized to one: the tree has no native size)."""
 
     train_images: Tensor
     train_labels: Tensor
@@ -48,6 +49,7 @@ class ImageSplits:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     source: str
+    mixed_sizes: bool
 
     @property
     def in_chans(self) -> int:
@@ -208,9 +210,9 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
     return files
 
 
-def decode(files: list[TreeFile], data: list[bytes], size: tuple[int, int], where: str) -> Tensor:
-    """Decode to one uint8 (N, C, H, W) tensor; images of another size than the first are resized
-    to `size` (all of them then are)."""
+def decode(files: list[TreeFile], data: list[bytes], size: tuple[int, int], where: str) -> tuple[Tensor, bool]:
+    """Decode to one uint8 (N, C, H, W) tensor, and whether the images differed in size: then all
+    of them are resized to `size`."""
     from torchvision.io import ImageReadMode, decode_image
 
     images = []
@@ -228,9 +230,10 @@ def decode(files: list[TreeFile], data: list[bytes], size: tuple[int, int], wher
     if len(channels) > 1:
         described = ", ".join(f"{count}-channel ({name})" for count, name in sorted(channels.items()))
         raise ConfigError(f"{where}: the images mix channel counts: {described}; convert them to one (e.g. all RGB)")
-    if len({tuple(image.shape[1:]) for image in images}) > 1:
+    mixed_sizes = len({tuple(image.shape[1:]) for image in images}) > 1
+    if mixed_sizes:
         images = [resize(image, size) for image in images]
-    return torch.stack(images)
+    return torch.stack(images), mixed_sizes
 
 
 def resize(image: Tensor, size: tuple[int, int]) -> Tensor:
@@ -244,7 +247,7 @@ def build(source: Source, size: tuple[int, int]) -> ImageSplits:
     files = find_tree(source, source.members())
     classes = sorted({f.label for f in files if f.split == "train"})
     index = {label: i for i, label in enumerate(classes)}
-    images = decode(files, source.read_all(files), size, f"data.root={source.root}")
+    images, mixed_sizes = decode(files, source.read_all(files), size, f"data.root={source.root}")
     labels = torch.tensor([index[f.label] for f in files], dtype=torch.int64)
     is_train = torch.tensor([f.split == "train" for f in files])
     train_images = images[is_train].contiguous()
@@ -262,6 +265,7 @@ def build(source: Source, size: tuple[int, int]) -> ImageSplits:
         mean,
         std,
         described + (" (JPEG: lossy)" if lossy else ""),
+        mixed_sizes,
     )
 
 
@@ -316,7 +320,8 @@ class ImageFolderDataModule(ImageDataModule):
     """Any image tree `train/<class>/*` + `test/<class>/*` (or `val/`) of JPEG/PNG files, a folder
     or an archive (see `load_image_tree`): classes are the sorted folder names of train/, the
     channel mean and std are the training split's, `num_classes` and `in_chans` come from the data.
-    Images of mixed sizes are resized to `img_size` once, when decoded.
+    Images of mixed sizes are resized to `img_size` once, when decoded: such a tree has no native
+    size (`native_size` None, no `pixels_label`); images of one size are its native size.
 
     Args:
         root: the folder or archive.
@@ -343,7 +348,7 @@ class ImageFolderDataModule(ImageDataModule):
 
     num_classes = property(lambda self: len(self.tree.classes))
     in_chans = property(lambda self: self.tree.in_chans)
-    native_size = property(lambda self: self.tree.native_size)
+    native_size = property(lambda self: None if self.tree.mixed_sizes else self.tree.native_size)
     mean = property(lambda self: self.tree.mean)
     std = property(lambda self: self.tree.std)
     source = property(lambda self: self.tree.source)
