@@ -45,7 +45,6 @@ from .cli import parse_options
 from .data.curriculum import curriculum_tag
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
-from .model import as_built
 from .plots import pyplot
 from .pos import list_pos
 from .runs import (
@@ -191,9 +190,8 @@ def latest_per_seed(runs: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 def model_key(model) -> str:
-    """The architecture as a group key: a run saved before a model argument (or a scheme's `fuzzy`)
-    existed was built with its default, so it groups with the runs that name that default."""
-    return str(as_built(model)) if isinstance(model, dict) else str(model)
+    """The architecture as a group key: the model arguments the run recorded."""
+    return str(model)
 
 
 def group_runs(rows: list[dict]) -> list[dict]:

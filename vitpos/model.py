@@ -372,19 +372,3 @@ def create_model(
 
 # the `create_model` keyword arguments besides the scheme and size (CLIs accept them as key=value)
 MODEL_ARGS = frozenset(inspect.signature(VisionTransformer).parameters) - {"pos", "img_size"}
-# their defaults: what a checkpoint saved before an argument existed was built with
-MODEL_DEFAULTS = {
-    name: p.default
-    for name, p in inspect.signature(VisionTransformer).parameters.items()
-    if p.default is not inspect.Parameter.empty
-}
-
-
-def as_built(model_args: dict) -> dict:
-    """`create_model` arguments with what they leave to defaults spelled out, so that the arguments
-    of a checkpoint saved before an argument existed compare equal to today's for the same model:
-    MODEL_DEFAULTS, the temperature measured at the model's own size, no fuzzy positions."""
-    args = {**MODEL_DEFAULTS, **model_args}
-    args["temperature_ref_size"] = list(image_size(args["temperature_ref_size"] or args["img_size"]))
-    args["pos_kwargs"] = {"fuzzy": False, **(args.get("pos_kwargs") or {})}
-    return args

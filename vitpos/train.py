@@ -28,7 +28,7 @@ from .data import ImageDataModule
 from .data.curriculum import curriculum_tag
 from .errors import ConfigError, Preempted, RankLostError, check_setting, is_integer
 from .finetune import finetune_source
-from .model import as_built, image_size
+from .model import image_size
 from .module import ImageClassifier
 from .precision import bf16_supported, device_description, resolve_precision
 from .resize import checkpoint_file, read_checkpoint
@@ -143,8 +143,8 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
         path = candidates[-1]
     else:
         path = Path(str(cfg.resume))
-    saved = as_built(read_checkpoint(path)["hyper_parameters"]["model"])  # keys it predates: as it was built
-    changed = {k: (saved.get(k), v) for k, v in as_built(module.hparams["model"]).items() if saved.get(k) != v}
+    saved = read_checkpoint(path)["hyper_parameters"]["model"]
+    changed = {k: (saved.get(k), v) for k, v in module.hparams["model"].items() if saved.get(k) != v}
     if changed:
         diff = ", ".join(f"{k}: {old} -> {new}" for k, (old, new) in changed.items())
         raise ConfigError(
