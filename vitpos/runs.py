@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 from .errors import ConfigError
@@ -167,3 +169,31 @@ def find_checkpoints(spec) -> list[Path]:
     if not paths:
         raise ConfigError(f"no checkpoint found in {spec}; pass ckpt=<file.ckpt> or a folder holding checkpoints")
     return paths
+
+
+def check_writable(folder: Path) -> Path | None:
+    """Fail before training when the log folder cannot be written; return the outermost folder this
+    made (None: `folder` existed), for a run that never trains to take away."""
+    created = next((f for f in [*reversed(folder.parents), folder] if not f.exists()), None)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write to paths.log_dir ({folder}: {error.strerror}); pass a writable folder, "
+            f"e.g. paths.log_dir=logs"
+        ) from None
+    return created
+
+
+def remove_run_folder(version_dir: Path, created: Path | None) -> None:
+    """Delete `<run>/version_N`, `<run>` if that leaves it empty, and the folders above it this run
+    made (`created` and those below it) where they are left empty."""
+    shutil.rmtree(version_dir, ignore_errors=True)
+    run = version_dir.parent
+    up_to_created = [f for f in version_dir.parents if created is not None and (f == created or created in f.parents)]
+    for folder in up_to_created or [run]:  # innermost first
+        if not folder.is_dir() or any(folder.iterdir()):
+            break
+        folder.rmdir()
