@@ -1,12 +1,14 @@
 """The parts of a training run built and checked from its composed config: the settings no
 constructor checks, the LightningModule (a new model or a fine-tune's converted one), the sizes it
-trains at, the run's name, the callbacks' monitors and the Trainer's arguments."""
+trains at, the run's name, the callbacks' monitors and the Trainer."""
 
 from __future__ import annotations
 
+import lightning as L
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from .callbacks import AtomicCheckpointIO
 from .config import instantiate, to_container
 from .data import ImageDataModule
 from .errors import ConfigError, check_setting, is_integer
@@ -156,3 +158,14 @@ def run_name_of(cfg: DictConfig, datamodule: ImageDataModule, trained_size) -> s
 
 def is_mixed(datamodule: ImageDataModule) -> bool:
     return len(datamodule.train_img_sizes) > 1 or datamodule.train_img_sizes[0] != datamodule.img_size
+
+
+def build_trainer(cfg: DictConfig, datamodule: ImageDataModule, module: ImageClassifier, logger) -> L.Trainer:
+    """The Trainer with the run's callbacks (`callbacks:` by name; a factory returns None when
+    switched off) and atomic checkpoint files."""
+    built = {name: instantiate(c) for name, c in cfg.callbacks.items() if c is not None}
+    check_monitors(built, module)
+    callbacks = [c for c in built.values() if c is not None]
+    return instantiate(
+        trainer_config(cfg, datamodule), logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()]
+    )

@@ -19,14 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from .assembly import (
     build_module,
-    check_monitors,
+    build_trainer,
     check_run_settings,
     check_training_sizes,
     is_mixed,
     run_name_of,
-    trainer_config,
 )
-from .callbacks import AtomicCheckpointIO, LastCheckpoint
+from .callbacks import LastCheckpoint
 from .config import instantiate
 from .data import ImageDataModule
 from .errors import Preempted, RankLostError
@@ -112,12 +111,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
                 datamodule.prepare_data()
             datamodule.setup("fit")
             logger = instantiate(cfg.logger, save_dir=str(run_root.parent), name=run_name, version=version)
-            built = {name: instantiate(c) for name, c in cfg.callbacks.items() if c is not None}
-            check_monitors(built, module)
-            callbacks = [c for c in built.values() if c is not None]  # a factory returns None when switched off
-            trainer = instantiate(
-                trainer_config(cfg, datamodule), logger=logger, callbacks=callbacks, plugins=[AtomicCheckpointIO()]
-            )
+            trainer = build_trainer(cfg, datamodule, module, logger)
             if trainer.is_global_zero:
                 start_run(cfg, trainer, module, datamodule, trained_size, params)
             started = time.perf_counter()
