@@ -141,10 +141,6 @@ BAD_COMPOSITION = [  # (arguments, words of the one error line): Hydra's errors,
     (["-m", "pos=none,nosuch"], "Could not find 'pos/nosuch' Available options in 'pos': 1d_learned"),
     (["logger=nosuch"], "Could not find 'logger/nosuch' Available options in 'logger': csv tensorboard"),
     (["callbacks.nosuch=null"], "Could not override 'callbacks.nosuch'"),
-    # keys that moved into the logger/callbacks/optim/scheduler/loss groups: the new key, in one line
-    (["figures_at_end=false"], "figures_at_end is not a key; use callbacks.figures=null"),
-    (["optim.warmup_steps=10"], "optim.warmup_steps is not a key; use scheduler.warmup_steps"),
-    (["optim.label_smoothing=0"], "optim.label_smoothing is not a key; use loss.label_smoothing"),
 ]
 
 
@@ -257,8 +253,7 @@ def test_evaluate_reports_a_bad_data_config_of_the_checkpoint_as_one_line(data, 
 
 def test_evaluate_reads_data_settings_over_the_recorded_ones_and_refuses_unknown_ones(capsys, tmp_path):
     """`data.<key>=` replaces one setting of the data config the checkpoint records (as train.py's
-    data.root= does); a setting its data module does not take is one error line naming those it does.
-    A recorded setting the data module no longer takes (data.num_workers of earlier runs) is dropped."""
+    data.root= does); a setting its data module does not take is one error line naming those it does."""
     import csv
 
     import torch
@@ -270,7 +265,6 @@ def test_evaluate_reads_data_settings_over_the_recorded_ones_and_refuses_unknown
         "num_train": 64,
         "num_test": 24,
         "val_size": 8,
-        "num_workers": 2,
     }
     torch.save(
         {

@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
-from vitpos.callbacks import ProgressBar
 from vitpos.console import LIGHTNING_LOGGERS, quiet_third_party
 from vitpos.precision import bf16_supported, cpu_name
+from vitpos.progress import ProgressBar
 
 ROOT = Path(__file__).resolve().parents[1]
 

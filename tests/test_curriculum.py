@@ -82,7 +82,7 @@ def curriculum_run(make_config, tiny_overrides):
             "trainer.limit_train_batches=1",
             *overrides,
         ]
-        with mock.patch("vitpos.train.ImageClassifier", Capture):
+        with mock.patch("vitpos.assembly.ImageClassifier", Capture):
             metrics = train(make_config([*tiny_overrides, *cfg_overrides]))
         return metrics, seen
 

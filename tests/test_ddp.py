@@ -210,7 +210,7 @@ def test_the_default_trainer_picks_the_fastest_form_for_the_machine(
 
 def test_a_run_started_in_process_trains_as_one_process(make_config):
     """train(cfg) called from Python cannot re-run a command line: devices=auto is one process there."""
-    from vitpos.train import trainer_config
+    from vitpos.assembly import trainer_config
 
     cfg = make_config(["data=synthetic"])
     assert cfg.trainer.devices == "auto" and trainer_config(cfg)["devices"] == 1

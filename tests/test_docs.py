@@ -19,8 +19,8 @@ from conftest import compose_config
 import vitpos.__main__ as cli
 from vitpos.config import CONFIG_DIR
 from vitpos.data import AUGMENTS
+from vitpos.hparams import HPARAM_METRICS, hparams_row
 from vitpos.pos import HOOKS, PositionalEncoding
-from vitpos.train import HPARAM_METRICS, hparams_row
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -108,7 +108,7 @@ def doc_list(text: str, label: str) -> list[str]:
 
 
 def hparams_columns(tmp_path) -> list[str]:
-    """The keys of the row `vitpos.train.hparams_row` builds, from the default config and stand-ins
+    """The keys of the row `vitpos.hparams.hparams_row` builds, from the default config and stand-ins
     for the module and the data (nothing built, nothing trained)."""
     cfg = compose_config([], tmp_path)
     module = SimpleNamespace(model=SimpleNamespace(config=dict(dim=192, depth=6, num_heads=3, patch_size=4)))

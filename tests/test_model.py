@@ -421,18 +421,3 @@ def test_bf16_model_runs_on_another_grid(pos):
     with torch.no_grad():
         logits = model(images(48, 48).to(torch.bfloat16))
     assert logits.dtype == torch.bfloat16
-
-
-def test_model_arguments_saved_before_an_argument_existed_compare_as_built():
-    from vitpos.model import as_built
-
-    before = {"pos": "rope_axial", "img_size": [32, 32], "dim": 64, "pos_kwargs": {"resize_mode": "extrapolate"}}
-    today = dict(
-        before,
-        attn_temperature="none",
-        temperature_ref_size=[32, 32],
-        pos_kwargs={"resize_mode": "extrapolate", "fuzzy": False},
-    )
-    assert as_built(before) == as_built(today)
-    assert as_built(before) != as_built(dict(today, pos_kwargs={"resize_mode": "extrapolate", "fuzzy": True}))
-    assert as_built(before) != as_built(dict(today, temperature_ref_size=[16, 16]))

@@ -253,7 +253,7 @@ def test_schedule_length_is_the_number_of_optimizer_steps(limits, make_config, t
 
     from unittest import mock
 
-    with mock.patch("vitpos.train.ImageClassifier", Capture):
+    with mock.patch("vitpos.assembly.ImageClassifier", Capture):
         train(cfg)
     assert captured["total"] == captured["taken"] > 0
 
@@ -271,7 +271,7 @@ def test_summary_counts_the_images_trained_on_with_batch_by_tokens(make_config, 
 
     from unittest import mock
 
-    with mock.patch("vitpos.train.ImageClassifier", Capture):
+    with mock.patch("vitpos.assembly.ImageClassifier", Capture):
         metrics = train(cfg)
     assert captured["images"] == captured["expected"] < 6 * 64
     assert f"{captured['images'] / metrics['fit_seconds']:.0f} img/s" in capsys.readouterr().out

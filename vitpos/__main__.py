@@ -16,13 +16,12 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
-from vitpos.config import CONFIG_DIR, compose_train_config, override_key
+from vitpos.config import CONFIG_DIR, compose_train_config
 from vitpos.console import quiet_third_party
 from vitpos.errors import EXIT_PREEMPTED, ConfigError, Preempted, VitposError, print_line
 from vitpos.errors import report as report_error
 from vitpos.finetune import finetune_config
 from vitpos.precision import fastest_processes
-from vitpos.runs import LEGACY_OPTIM_KEYS
 from vitpos.train import train
 
 METRICS_FILE = "VITPOS_METRICS_FILE"  # set by a sweep for a job it runs as its own command
@@ -131,21 +130,6 @@ def check_sweeper_takes(overrides: list[str], argv: list[str]) -> None:
             )
 
 
-# keys that moved when logger, callbacks, optimizer and schedule became config groups
-MOVED_KEYS = {
-    "figures_at_end": "callbacks.figures=null to switch the figures off (they are on by default)",
-    **{f"optim.{key}": f"{group}.{key}" if group else key for key, group in LEGACY_OPTIM_KEYS.items()},
-}
-
-
-def check_moved_keys(overrides: list[str]) -> None:
-    """One line naming the new key for an override of a key that moved."""
-    for override in overrides:
-        key = override_key(override)
-        if key in MOVED_KEYS:
-            sys.exit(report_error(ConfigError(f"{key} is not a key; use {MOVED_KEYS[key]}")))
-
-
 def check_composes(argv: list[str]) -> None:
     """Compose the config as Hydra will, so that a composition error (an unknown option of a config
     group, a key the config does not have) ends as one `error:` line with exit status 2 instead of
@@ -160,7 +144,6 @@ def check_composes(argv: list[str]) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     overrides = [arg for arg in argv if not arg.startswith(("-", "hydra.", "hydra/", "+hydra", "~hydra"))]
-    check_moved_keys(overrides)
     multirun = any(arg in ("-m", "--multirun") for arg in argv)
     try:
         if multirun:

@@ -75,8 +75,6 @@ def data_settings(data, recorded: dict | None, source: str) -> dict:
         raise ConfigError(f"{source} records no data config; pass data=<name of configs/data/*.yaml>")
     overrides = to_container(data) or {}
     takes = settings_of(hydra.utils.get_object(recorded["_target_"]))
-    # settings that earlier versions recorded and the data module no longer takes (data.num_workers)
-    recorded = {key: value for key, value in recorded.items() if key == "_target_" or key in takes}
     unknown = sorted(set(overrides) - set(recorded) - set(takes))
     if unknown:
         raise ConfigError(

@@ -134,6 +134,37 @@ def image_size(value, setting: str | None = None, example: str = "img_size=32") 
     return sizes[0], sizes[1]
 
 
+def check_architecture(config: dict) -> None:
+    """The `VisionTransformer` arguments (its `config`) that no layer checks, each refused as one line."""
+    for name in ("patch_size", "in_chans", "num_classes", "dim", "depth", "num_heads"):
+        value = config[name]
+        check_setting(f"model.{name}", value, is_integer(value) and value > 0, "be a positive integer")
+    check_setting(
+        "model.mlp_ratio",
+        config["mlp_ratio"],
+        is_number(config["mlp_ratio"]) and config["mlp_ratio"] > 0,
+        "be a positive number (the MLP's hidden width / dim), e.g. model.mlp_ratio=4",
+    )
+    check_setting(
+        "model.drop_path_rate",
+        config["drop_path_rate"],
+        is_number(config["drop_path_rate"]) and 0 <= config["drop_path_rate"] < 1,
+        "be a number with 0 <= drop_path_rate < 1, e.g. model.drop_path_rate=0.1",
+    )
+    dim, num_heads, drop_rate = config["dim"], config["num_heads"], config["drop_rate"]
+    if dim % num_heads:
+        raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
+    if config["pool"] not in POOLS:
+        raise ConfigError(f"pool={config['pool']!r} is not one of {', '.join(POOLS)}")
+    if config["attn_impl"] not in ATTN_IMPLS:
+        raise ConfigError(f"attn_impl={config['attn_impl']!r} is not one of {', '.join(ATTN_IMPLS)}")
+    check_attn_temperature(config["attn_temperature"])
+    if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float)) or not 0 <= drop_rate < 1:
+        raise ConfigError(
+            f"model.drop_rate={drop_rate!r} must be a number with 0 <= drop_rate < 1, e.g. model.drop_rate=0.1"
+        )
+
+
 class VisionTransformer(nn.Module):
     """ViT: patch embed -> `add` -> blocks (attention applies `bias`, `rotate`; then `after_block`)
     -> final norm -> pool -> head. The patch grid is taken from each input, so any image size
@@ -187,47 +218,12 @@ class VisionTransformer(nn.Module):
         pos_kwargs: dict | None = None,
     ):
         super().__init__()
-        for name, value in (
-            ("patch_size", patch_size),
-            ("in_chans", in_chans),
-            ("num_classes", num_classes),
-            ("dim", dim),
-            ("depth", depth),
-            ("num_heads", num_heads),
-        ):
-            check_setting(f"model.{name}", value, is_integer(value) and value > 0, "be a positive integer")
-        check_setting(
-            "model.mlp_ratio",
-            mlp_ratio,
-            is_number(mlp_ratio) and mlp_ratio > 0,
-            "be a positive number (the MLP's hidden width / dim), e.g. model.mlp_ratio=4",
-        )
-        check_setting(
-            "model.drop_path_rate",
-            drop_path_rate,
-            is_number(drop_path_rate) and 0 <= drop_path_rate < 1,
-            "be a number with 0 <= drop_path_rate < 1, e.g. model.drop_path_rate=0.1",
-        )
         img_size = image_size(img_size)
         ref_size = (
             image_size(temperature_ref_size, f"model.temperature_ref_size={temperature_ref_size!r}")
             if temperature_ref_size is not None
             else img_size
         )
-        if dim % num_heads:
-            raise ConfigError(f"dim={dim} is not divisible by num_heads={num_heads}")
-        if pool not in POOLS:
-            raise ConfigError(f"pool={pool!r} is not one of {', '.join(POOLS)}")
-        if attn_impl not in ATTN_IMPLS:
-            raise ConfigError(f"attn_impl={attn_impl!r} is not one of {', '.join(ATTN_IMPLS)}")
-        check_attn_temperature(attn_temperature)
-        if isinstance(drop_rate, bool) or not isinstance(drop_rate, (int, float)) or not 0 <= drop_rate < 1:
-            raise ConfigError(
-                f"model.drop_rate={drop_rate!r} must be a number with 0 <= drop_rate < 1, e.g. model.drop_rate=0.1"
-            )
-        self.patch_size = patch_size
-        self.grid: Grid = self.grid_for(img_size)
-        self.attn_temperature = attn_temperature
         self.config = dict(
             pos=pos,
             img_size=list(img_size),
@@ -247,34 +243,46 @@ class VisionTransformer(nn.Module):
             temperature_ref_size=list(ref_size),
             pos_kwargs=dict(pos_kwargs or {}),
         )
+        check_architecture(self.config)
+        self._build_layers(self.config)
+        self._init_weights()
 
+    def _build_layers(self, config: dict) -> None:
+        """The native grid, patch embedding, the scheme, the cls token (pool=cls), the blocks, norm
+        and head; then the scheme's hooks, decided once here so that the forward pass never asks
+        which scheme it runs, and the tokens at `temperature_ref_size`."""
+        dim, depth, num_heads = config["dim"], config["depth"], config["num_heads"]
+        self.patch_size, self.attn_temperature = config["patch_size"], config["attn_temperature"]
+        self.grid: Grid = self.grid_for(tuple(config["img_size"]))
         self.patch_embed = PatchEmbed(
-            img_size=img_size,
-            patch_size=patch_size,
-            in_chans=in_chans,
+            img_size=tuple(config["img_size"]),
+            patch_size=config["patch_size"],
+            in_chans=config["in_chans"],
             embed_dim=dim,
             flatten=False,
             output_fmt="NHWC",
             strict_img_size=False,
         )
-        self.pos = create_pos(pos, dim=dim, num_heads=num_heads, depth=depth, grid=self.grid, **(pos_kwargs or {}))
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
+        self.pos = create_pos(
+            config["pos"], dim=dim, num_heads=num_heads, depth=depth, grid=self.grid, **config["pos_kwargs"]
+        )
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config["pool"] == "cls" else None
         self.num_prefix_tokens = 0 if self.cls_token is None else 1
-        drop_path_rates = [drop_path_rate * i / max(1, depth - 1) for i in range(depth)]  # linear in depth
+        drop_path_rates = [config["drop_path_rate"] * i / max(1, depth - 1) for i in range(depth)]  # linear in depth
         self.blocks = nn.ModuleList(
-            Block(dim, num_heads, mlp_ratio, qkv_bias, drop_path_rates[i], attn_impl, drop_rate) for i in range(depth)
+            Block(
+                dim, num_heads, config["mlp_ratio"], config["qkv_bias"], rate, config["attn_impl"], config["drop_rate"]
+            )
+            for rate in drop_path_rates
         )
         self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, num_classes)
-
-        # Decided once here, so the forward pass never asks which scheme it runs.
+        self.head = nn.Linear(dim, config["num_classes"])
         self._pos_bias = self.pos.uses("bias")
         self._pos_rotate = self.pos.uses("rotate")
         self._pos_after_block = self.pos.uses("after_block")
         self._pos_fuzzy = self.pos.fuzzy
-        ref_grid = self.grid_for(ref_size)
-        self._ref_tokens = ref_grid[0] * ref_grid[1] + self.num_prefix_tokens
-        self._init_weights()
+        ref_grid = self.grid_for(tuple(config["temperature_ref_size"]))
+        self._ref_tokens = ref_grid[0] * ref_grid[1] + self.num_prefix_tokens  # where the temperature is 1
 
     def _init_weights(self) -> None:
         named_apply(init_weights_vit_timm, self.blocks)
@@ -372,19 +380,3 @@ def create_model(
 
 # the `create_model` keyword arguments besides the scheme and size (CLIs accept them as key=value)
 MODEL_ARGS = frozenset(inspect.signature(VisionTransformer).parameters) - {"pos", "img_size"}
-# their defaults: what a checkpoint saved before an argument existed was built with
-MODEL_DEFAULTS = {
-    name: p.default
-    for name, p in inspect.signature(VisionTransformer).parameters.items()
-    if p.default is not inspect.Parameter.empty
-}
-
-
-def as_built(model_args: dict) -> dict:
-    """`create_model` arguments with what they leave to defaults spelled out, so that the arguments
-    of a checkpoint saved before an argument existed compare equal to today's for the same model:
-    MODEL_DEFAULTS, the temperature measured at the model's own size, no fuzzy positions."""
-    args = {**MODEL_DEFAULTS, **model_args}
-    args["temperature_ref_size"] = list(image_size(args["temperature_ref_size"] or args["img_size"]))
-    args["pos_kwargs"] = {"fuzzy": False, **(args.get("pos_kwargs") or {})}
-    return args

@@ -85,6 +85,52 @@ def check_optimizer(optimizer: Callable, scheduler: Callable) -> None:
         raise ConfigError(f"scheduler: {error}; see configs/scheduler/ for the schedule's settings") from None
 
 
+def check_loss_settings(label_smoothing, mixup_alpha, cutmix_alpha, check_finite_every) -> None:
+    """The loss settings and the interval of the finite-loss check, each refused as one line."""
+    for name, value in (
+        ("label_smoothing", label_smoothing),
+        ("mixup_alpha", mixup_alpha),
+        ("cutmix_alpha", cutmix_alpha),
+    ):
+        check_setting(f"loss.{name}", value, is_number(value) and value >= 0, "be a non-negative number")
+    check_setting(
+        "loss.label_smoothing",
+        label_smoothing,
+        label_smoothing < 1,
+        "be below 1 (the target's share moved to the other classes), e.g. loss.label_smoothing=0.1",
+    )
+    check_setting(
+        "check_finite_every",
+        check_finite_every,
+        is_integer(check_finite_every) and check_finite_every > 0,
+        "be a positive number of steps, e.g. check_finite_every=50",
+    )
+
+
+def compiled(model: torch.nn.Module, compile: bool | str) -> torch.nn.Module:
+    """`model` compiled in place by `torch.compile` (so checkpoints keep their keys) unless `compile`
+    is false; true is torch's default mode."""
+    if compile not in (False, True, *COMPILE_MODES):
+        raise ConfigError(f"model.compile={compile!r} must be false, true or one of {', '.join(COMPILE_MODES)}")
+    if compile:
+        model.compile(mode=None if compile is True else compile)
+    return model
+
+
+def accuracy_metrics(prefix: str, num_classes: int) -> MetricCollection:
+    """Top-1 and top-5 (top-k for fewer classes) as papers report them: correct / seen (micro).
+    torchmetrics' default is the macro mean of per-class recalls, which differs on unbalanced splits
+    (validation, `limit=`)."""
+    top_k = min(5, num_classes)
+    return MetricCollection(
+        {
+            "acc": MulticlassAccuracy(num_classes, top_k=1, average="micro"),
+            f"acc_top{top_k}": MulticlassAccuracy(num_classes, top_k=top_k, average="micro"),
+        },
+        prefix=prefix,
+    )
+
+
 class ImageClassifier(L.LightningModule):
     """Trains a `vitpos` ViT on an image-classification DataModule.
 
@@ -120,33 +166,12 @@ class ImageClassifier(L.LightningModule):
         compile: bool | str = False,
     ):
         super().__init__()
-        for name, value in (
-            ("label_smoothing", label_smoothing),
-            ("mixup_alpha", mixup_alpha),
-            ("cutmix_alpha", cutmix_alpha),
-        ):
-            check_setting(f"loss.{name}", value, is_number(value) and value >= 0, "be a non-negative number")
-        check_setting(
-            "loss.label_smoothing",
-            label_smoothing,
-            label_smoothing < 1,
-            "be below 1 (the target's share moved to the other classes), e.g. loss.label_smoothing=0.1",
-        )
-        check_setting(
-            "check_finite_every",
-            check_finite_every,
-            is_integer(check_finite_every) and check_finite_every > 0,
-            "be a positive number of steps, e.g. check_finite_every=50",
-        )
+        check_loss_settings(label_smoothing, mixup_alpha, cutmix_alpha, check_finite_every)
         self.optimizer_factory = optimizer or default_optimizer
         self.scheduler_factory = scheduler or warmup_cosine_schedule
         check_optimizer(self.optimizer_factory, self.scheduler_factory)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])  # the run's config.yaml keeps them
-        self.model = create_model(**model)
-        if compile not in (False, True, *COMPILE_MODES):
-            raise ConfigError(f"model.compile={compile!r} must be false, true or one of {', '.join(COMPILE_MODES)}")
-        if compile:
-            self.model.compile(mode=None if compile is True else compile)
+        self.model = compiled(create_model(**model), compile)
         num_classes = self.model.config["num_classes"]
         # soft targets (mixed and smoothed) for training; evaluation keeps the hard-label loss
         self.mixup = (
@@ -159,22 +184,9 @@ class ImageClassifier(L.LightningModule):
             if mixup_alpha > 0 or cutmix_alpha > 0
             else None
         )
-        top_k = min(5, num_classes)
-
-        # Top-1 as papers report it: correct / seen (micro). torchmetrics' default is the macro
-        # mean of per-class recalls, which differs on unbalanced splits (validation, `limit=`).
-        def metrics(prefix: str) -> MetricCollection:
-            return MetricCollection(
-                {
-                    "acc": MulticlassAccuracy(num_classes, top_k=1, average="micro"),
-                    f"acc_top{top_k}": MulticlassAccuracy(num_classes, top_k=top_k, average="micro"),
-                },
-                prefix=prefix,
-            )
-
-        self.train_metrics = metrics("train/")
-        self.val_metrics = metrics("val/")
-        self.test_metrics = metrics("test/")
+        self.train_metrics = accuracy_metrics("train/", num_classes)
+        self.val_metrics = accuracy_metrics("val/", num_classes)
+        self.test_metrics = accuracy_metrics("test/", num_classes)
         self.val_acc_best = MaxMetric()
         self._nonfinite: Tensor | None = None  # non-finite losses since the last check (on the device)
         self._total_steps = 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 from .errors import ConfigError
@@ -46,35 +48,11 @@ def devices(trainer: dict) -> int:
     return int(count) * int(trainer.get("num_nodes") or 1) if str(count).isdigit() else 1
 
 
-# settings that a run saved before the optim/scheduler/loss config groups kept under `optim:`, and
-# where they are now (None: a top-level key)
-LEGACY_OPTIM_KEYS = {
-    "warmup_steps": "scheduler",
-    "min_lr_ratio": "scheduler",
-    "label_smoothing": "loss",
-    "mixup_alpha": "loss",
-    "cutmix_alpha": "loss",
-    "check_finite_every": None,
-}
-LEGACY_OPTIMIZER = {"_target_": "torch.optim.AdamW", "betas": [0.9, 0.999]}  # what such a run's optim: built
-LEGACY_SCHEDULER = "vitpos.module.warmup_cosine_schedule"
-
-
 def training_recipe(config: dict) -> str:
     """How a run (its config.yaml) was optimised besides lr and batch size: the optimizer and its
     settings, the schedule, the loss and the augmentation as `name=value` words, e.g.
-    `optim=AdamW weight_decay=0.05 ... schedule=warmup_cosine_schedule warmup_steps=500 ...`.
-    A run saved before the config groups existed reads as the same words as its equal today."""
-    optim = dict(config["optim"])
-    moved = {key: optim.pop(key) for key in LEGACY_OPTIM_KEYS if key in optim}
-    if "_target_" not in optim:
-        optim = {**LEGACY_OPTIMIZER, **optim}
-    scheduler = dict(config.get("scheduler") or {"_target_": LEGACY_SCHEDULER})
-    loss = dict(config.get("loss") or {})
-    groups = {"scheduler": scheduler, "loss": loss}
-    for key, value in moved.items():
-        if LEGACY_OPTIM_KEYS[key] in groups:
-            groups[LEGACY_OPTIM_KEYS[key]][key] = value
+    `optim=AdamW weight_decay=0.05 ... schedule=warmup_cosine_schedule warmup_steps=500 ...`."""
+    optim, scheduler, loss = dict(config["optim"]), dict(config["scheduler"]), dict(config["loss"])
     words = [f"optim={optim.pop('_target_').rsplit('.', 1)[-1]}"]
     words += [f"{k}={_word(v)}" for k, v in sorted(optim.items()) if k not in ("lr", "_partial_")]
     words.append(f"schedule={scheduler.pop('_target_').rsplit('.', 1)[-1]}")
@@ -191,3 +169,31 @@ def find_checkpoints(spec) -> list[Path]:
     if not paths:
         raise ConfigError(f"no checkpoint found in {spec}; pass ckpt=<file.ckpt> or a folder holding checkpoints")
     return paths
+
+
+def check_writable(folder: Path) -> Path | None:
+    """Fail before training when the log folder cannot be written; return the outermost folder this
+    made (None: `folder` existed), for a run that never trains to take away."""
+    created = next((f for f in [*reversed(folder.parents), folder] if not f.exists()), None)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write to paths.log_dir ({folder}: {error.strerror}); pass a writable folder, "
+            f"e.g. paths.log_dir=logs"
+        ) from None
+    return created
+
+
+def remove_run_folder(version_dir: Path, created: Path | None) -> None:
+    """Delete `<run>/version_N`, `<run>` if that leaves it empty, and the folders above it this run
+    made (`created` and those below it) where they are left empty."""
+    shutil.rmtree(version_dir, ignore_errors=True)
+    run = version_dir.parent
+    up_to_created = [f for f in version_dir.parents if created is not None and (f == created or created in f.parents)]
+    for folder in up_to_created or [run]:  # innermost first
+        if not folder.is_dir() or any(folder.iterdir()):
+            break
+        folder.rmdir()

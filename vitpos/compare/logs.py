@@ -15,7 +15,6 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from ..data.curriculum import curriculum_tag
 from ..errors import ConfigError
-from ..model import as_built
 from ..pos import list_pos
 from ..runs import RESULTS_FILE, budget, devices, scheme_label, sizes_tag, training_recipe
 
@@ -169,9 +168,8 @@ def _minutes(series: dict[str, dict[int, tuple]], tag: str) -> str:
 
 
 def model_key(model) -> str:
-    """The architecture as a group key: a run saved before a model argument (or a scheme's `fuzzy`)
-    existed was built with its default, so it groups with the runs that name that default."""
-    return str(as_built(model)) if isinstance(model, dict) else str(model)
+    """The architecture as a group key: the model arguments the run recorded."""
+    return str(model)
 
 
 def read_reference(path: str | Path) -> dict[str, dict]:
