@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from .errors import ConfigError, check_setting, is_integer, is_number
 from .pos import Grid, create_pos
+from .pos.arguments import check_model_given
 
 ATTN_IMPLS = ("auto", "sdpa", "math")
 POOLS = ("gap", "cls")
@@ -257,6 +258,7 @@ class VisionTransformer(nn.Module):
             output_fmt="NHWC",
             strict_img_size=False,
         )
+        check_model_given(pos_kwargs or {})
         self.pos = create_pos(pos, dim=dim, num_heads=num_heads, depth=depth, grid=self.grid, **(pos_kwargs or {}))
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
         self.num_prefix_tokens = 0 if self.cls_token is None else 1

@@ -22,7 +22,7 @@ from timm.layers import gen_relative_position_index, trunc_normal_
 from timm.layers.pos_embed_rel import gen_relative_log_coords
 from torch import Tensor, nn
 
-from ..errors import ConfigError, is_integer, is_number
+from .arguments import Argument
 from .base import Grid, PositionalEncoding, token_positions
 from .registry import register
 
@@ -52,6 +52,7 @@ class ContinuousPositionBias(PositionalEncoding):
 
     measures_in_ref_grid = True
     supports_fuzzy = True
+    arguments = {"hidden_dim": Argument("the MLP's hidden width", kind="integer", low=1)}
 
     def __init__(
         self, dim: int, num_heads: int, depth: int, grid: Grid, hidden_dim: int = 512, ref_grid: Grid | None = None
@@ -131,6 +132,8 @@ class Alibi2d(PositionalEncoding):
         bias_max: exponent range of the slopes (8 in ALiBi; MPT's `alibi_bias_max`).
     """
 
+    arguments = {"bias_max": Argument("the exponent range of the head slopes", low=0, low_open=True)}
+
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, bias_max: float = 8.0):
         super().__init__(dim, num_heads, depth, grid)
         self.bias_max = float(bias_max)
@@ -174,6 +177,11 @@ class LookHere(PositionalEncoding):
 
     resize_modes = ("interpolate", "extrapolate")
     measures_in_ref_grid = True
+    arguments = {
+        "directions": Argument("how many evenly spaced directions heads point in", kind="integer", low=1),
+        "field_of_view": Argument("the cone's full angle in degrees", low=0, low_open=True, high=360),
+        "slope": Argument("the distance penalty per patch", low=0),
+    }
 
     def __init__(
         self,
@@ -188,21 +196,6 @@ class LookHere(PositionalEncoding):
         ref_grid: Grid | None = None,
     ):
         super().__init__(dim, num_heads, depth, grid, resize_mode, ref_grid)
-        if not (is_integer(directions) and directions >= 1):
-            raise ConfigError(
-                f"pos=lookhere needs directions to be a positive integer (how many directions heads point in, "
-                f"evenly spaced), e.g. directions=8; got directions={directions!r}"
-            )
-        if not (is_number(field_of_view) and 0 < field_of_view <= 360):
-            raise ConfigError(
-                f"pos=lookhere needs field_of_view to be an angle in degrees with 0 < field_of_view <= 360, "
-                f"e.g. field_of_view=180; got field_of_view={field_of_view!r}"
-            )
-        if not (is_number(slope) and 0 <= slope < math.inf):
-            raise ConfigError(
-                f"pos=lookhere needs slope to be a number >= 0 (the distance penalty per patch), e.g. "
-                f"slope=0.25; got slope={slope!r}"
-            )
         self.directions = int(directions)
         self.field_of_view = float(field_of_view)
         self.slope = float(slope)
@@ -300,13 +293,10 @@ class FunctionalInterpolation(PositionalEncoding):
         hidden_dim: hidden width of each layer's MLP (32 in FIRE).
     """
 
+    arguments = {"hidden_dim": Argument("the MLP's hidden width", kind="integer", low=1)}
+
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, hidden_dim: int = 32):
         super().__init__(dim, num_heads, depth, grid)
-        if not (is_integer(hidden_dim) and hidden_dim >= 1):
-            raise ConfigError(
-                f"pos=fire needs hidden_dim to be a positive integer (the MLP's hidden width), e.g. "
-                f"hidden_dim=32; got hidden_dim={hidden_dim!r}"
-            )
         self.hidden_dim = hidden_dim
         thresholds = (max(self.grid[0] - 1, 1), max(self.grid[1] - 1, 1))
         self.layers = nn.ModuleList(FireFunction(num_heads, hidden_dim, thresholds) for _ in range(depth))

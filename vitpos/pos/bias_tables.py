@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from timm.layers import RelPosBias, gen_relative_position_index, resize_rel_pos_bias_table, trunc_normal_
 from torch import Tensor, nn
 
-from ..errors import ConfigError
+from .arguments import Argument
 from .base import Grid, PositionalEncoding
 from .registry import register
 
@@ -100,13 +100,10 @@ class ShawRelativePosition(PositionalEncoding):
             ablation of s-chh/2D-Positional-Encoding-Vision-Transformer).
     """
 
+    arguments = {"max_distance": Argument("the largest offset per axis told apart", kind="integer", low=1)}
+
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, max_distance: int = 2):
         super().__init__(dim, num_heads, depth, grid)
-        if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 1:
-            raise ConfigError(
-                f"pos=rel_shaw needs max_distance to be a positive integer (the largest offset "
-                f"per axis told apart), e.g. max_distance=2; got max_distance={max_distance!r}"
-            )
         self.max_distance = max_distance
         self.head_dim = dim // num_heads
         self.layers = nn.ModuleList(
