@@ -47,6 +47,7 @@ from .config import data_settings, instantiate
 from .errors import ConfigError, VitposError, print_line
 from .errors import report as report_error
 from .model import ATTN_TEMPERATURES, check_attn_temperature, image_size
+from .options import Option, check_options
 from .plots import pyplot
 from .pos import get_pos_class
 from .precision import bf16_supported
@@ -55,6 +56,11 @@ from .runs import RESULTS_FILE, conversion_suffix, find_checkpoints, run_dir, ru
 
 BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
 ALL = "all"  # resize_mode=all: every conversion, each evaluated on the split
+OPTIONS = {  # what `evaluate`'s own options take (the sizes, modes and data: their own checks)
+    "split": Option("choice", "split=val", choices=("test", "val")),
+    "limit": Option("count", "limit=1000", optional=True),
+    "overwrite": Option("flag", "overwrite=true", needs="out", unset=False),
+}
 
 
 def subset_mask(size: int, limit: int | None) -> torch.Tensor | None:
@@ -128,17 +134,17 @@ def evaluate(
     device="auto",
 ) -> list[dict]:
     """Evaluate each checkpoint at each size; write the table, CSV and plot; return the rows."""
+    check_options(dict(split=split, limit=limit, overwrite=overwrite, out=out), OPTIONS)
     out, fresh = output_folder(out, overwrite)
-    if split not in ("test", "val"):
-        raise ConfigError(f"split={split!r} must be test or val")
     if attn_temperature is not None:
         check_attn_temperature(attn_temperature)
-    device = torch.device(
-        "cuda" if device == "auto" and torch.cuda.is_available() else "cpu" if device == "auto" else device
-    )
+    device = chosen_device(device)
     if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
         raise ConfigError(f"img_sizes={img_sizes!r} must be a list of sizes, e.g. img_sizes=[32,48,64]")
     sizes = [image_size(size) for size in img_sizes]
+    twice = sorted({size_tag(size) for size in sizes if sizes.count(size) > 1})
+    if twice:
+        raise ConfigError(f"img_sizes lists {', '.join(twice)} more than once; give each size once")
     rows, subsetted = [], False
     paths = find_checkpoints(ckpt)
     for number, path in enumerate(paths, 1):
@@ -209,6 +215,25 @@ def evaluate(
 
 
 OUTPUTS = ("resolution.md", "resolution.csv", "resolution.png")
+
+
+def chosen_device(device) -> torch.device:
+    """`auto` (a GPU where torch sees one, else the CPU), `cpu`, `cuda` or `cuda:<index>`, refused
+    where this machine has no such device."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError):
+        chosen = None
+    if chosen is None or chosen.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device={device!r} must be auto, cpu, cuda or cuda:<index>")
+    if chosen.type == "cuda" and (chosen.index or 0) >= (torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        raise ConfigError(
+            f"device={device!r} is not on this machine ({torch.cuda.device_count()} CUDA devices); "
+            f"use device=auto or device=cpu"
+        )
+    return chosen
 
 
 def output_folder(out, overwrite: bool) -> tuple[Path, bool]:
