@@ -11,12 +11,13 @@ import pytest
 
 from vitpos import ConfigError, diagnose, evaluate, figures
 from vitpos.model import MODEL_ARGS
-from vitpos.options import SEED_LIMIT, TRAIN_OPTIONS, Option
+from vitpos.options import DATA_OPTIONS, SEED_LIMIT, TRAIN_OPTIONS, Option
 from vitpos.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = {
     "train": TRAIN_OPTIONS,
+    "data": DATA_OPTIONS,  # train.py's data.<key>
     "evaluate": evaluate.OPTIONS,
     "diagnose": diagnose.OPTIONS,
     "figures": figures.OPTIONS,
@@ -48,8 +49,8 @@ def text(value) -> str:
 
 def run(tool: str, key: str, value, make_config, tiny_overrides, tmp_path, capsys) -> str:
     """The one error line of `tool` given `key=value` (train: its ConfigError, as train.py prints it)."""
-    option = f"{key}={text(value)}"
-    if tool == "train":
+    option = f"{'++data.' if tool == 'data' else ''}{key}={text(value)}"
+    if tool in ("train", "data"):
         with pytest.raises(ConfigError) as refused:
             train(make_config([*tiny_overrides, option]))
         assert not (tmp_path / "logs").exists()
@@ -76,9 +77,9 @@ CASES = [(tool, key, value) for tool, table in TABLES.items() for key, o in tabl
 def test_a_bad_value_is_one_line_naming_what_the_option_takes(
     tool, key, value, make_config, tiny_overrides, tmp_path, capsys
 ):
-    must = TABLES[tool][key].must()
+    must, name = TABLES[tool][key].must(), f"{'data.' if tool == 'data' else ''}{key}"
     line = run(tool, key, value, make_config, tiny_overrides, tmp_path, capsys)
-    assert line.startswith(f"error: {key}=") and f" must be {must}, e.g. {key}=" in line
+    assert line.startswith(f"error: {name}=") and f" must be {must}, e.g. {name}=" in line
 
 
 NEEDS = [(tool, key) for tool, table in TABLES.items() for key, option in table.items() if option.needs]

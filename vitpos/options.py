@@ -51,16 +51,17 @@ class Option:
         return f"{text}, or null" if self.optional else text
 
 
-def check_options(values: Mapping, table: Mapping[str, Option]) -> None:
-    """Refuse a value `table` does not allow, then an option given where the option it needs is unset."""
+def check_options(values: Mapping, table: Mapping[str, Option], prefix: str = "") -> None:
+    """Refuse a value `table` does not allow, then an option given where the option it needs is unset;
+    `prefix` is the options' place in the config (`data.`)."""
     for key, option in table.items():
         if key in values and not option.accepts(values[key]):
-            raise ConfigError(f"{key}={values[key]!r} must be {option.must()}, e.g. {option.example}")
+            raise ConfigError(f"{prefix}{key}={values[key]!r} must be {option.must()}, e.g. {prefix}{option.example}")
     for key, option in table.items():
         if option.needs and values.get(key, option.unset) != option.unset and not values.get(option.needs):
             raise ConfigError(
-                f"{key}={values[key]!r} only matters with {option.needs}=...; "
-                f"set {option.needs}, or drop {key} (the run would ignore it)"
+                f"{prefix}{key}={values[key]!r} only matters with {prefix}{option.needs}=...; "
+                f"set {prefix}{option.needs}, or drop {prefix}{key} (the run would ignore it)"
             )
 
 
@@ -76,4 +77,8 @@ TRAIN_OPTIONS = {  # the top-level keys of configs/train.yaml that no constructo
     "attn_temperature": Option(
         "choice", "attn_temperature=log", choices=("none", "log"), optional=True, needs="finetune_from"
     ),
+}
+DATA_OPTIONS = {  # the data settings that seed a generator (the data modules' own settings check the rest)
+    "shuffle_seed": Option("seed", "shuffle_seed=0"),
+    "split_seed": Option("seed", "split_seed=0"),
 }

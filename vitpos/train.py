@@ -30,7 +30,7 @@ from .errors import ConfigError, Preempted, RankLostError, check_setting, is_int
 from .finetune import finetune_source
 from .model import as_built, image_size
 from .module import ImageClassifier
-from .options import TRAIN_OPTIONS, check_options
+from .options import DATA_OPTIONS, TRAIN_OPTIONS, check_options
 from .precision import bf16_supported, device_description, resolve_precision
 from .resize import checkpoint_file, read_checkpoint
 from .runs import (
@@ -180,6 +180,7 @@ def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: Im
 def check_run_settings(cfg: DictConfig) -> None:
     """The top-level settings of train.yaml that no constructor checks."""
     check_options(cfg, TRAIN_OPTIONS)
+    check_options(cfg.data, DATA_OPTIONS, prefix="data.")
     check_setting(
         "checkpoint_every_n_steps",
         cfg.checkpoint_every_n_steps,
