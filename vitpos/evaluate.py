@@ -50,7 +50,7 @@ from .model import ATTN_TEMPERATURES, check_attn_temperature, image_size
 from .options import Option, check_options
 from .plots import pyplot
 from .pos import get_pos_class
-from .precision import bf16_supported
+from .precision import bf16_supported, chosen_device
 from .resize import model_from_checkpoint, read_checkpoint
 from .runs import RESULTS_FILE, conversion_suffix, find_checkpoints, run_dir, run_label, size_tag
 
@@ -215,25 +215,6 @@ def evaluate(
 
 
 OUTPUTS = ("resolution.md", "resolution.csv", "resolution.png")
-
-
-def chosen_device(device) -> torch.device:
-    """`auto` (a GPU where torch sees one, else the CPU), `cpu`, `cuda` or `cuda:<index>`, refused
-    where this machine has no such device."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        chosen = torch.device(device)
-    except (RuntimeError, TypeError):
-        chosen = None
-    if chosen is None or chosen.type not in ("cpu", "cuda"):
-        raise ConfigError(f"device={device!r} must be auto, cpu, cuda or cuda:<index>")
-    if chosen.type == "cuda" and (chosen.index or 0) >= (torch.cuda.device_count() if torch.cuda.is_available() else 0):
-        raise ConfigError(
-            f"device={device!r} is not on this machine ({torch.cuda.device_count()} CUDA devices); "
-            f"use device=auto or device=cpu"
-        )
-    return chosen
 
 
 def output_folder(out, overwrite: bool) -> tuple[Path, bool]:
