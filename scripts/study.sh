@@ -90,6 +90,43 @@ STATUS=""    # set by the status step: each run reports its state instead of run
 RESULTS=${RESULTS:-docs/results}
 ARCHIVE=${ARCHIVE:-$RESULTS/study_logs}
 PARKED=${PARKED:-$RESULTS/study_parked}
+
+# every setting checked before anything runs: one `error:` line and exit 2, nothing trained or written
+refuse() { echo "error: $*" >&2; exit 2; }
+SCHEME_NAMES=$(for config in "$(dirname "$0")"/../configs/pos/*.yaml; do basename "$config" .yaml; done | paste -sd, -)
+check_seeds() {  # variable name: comma-separated integers 0..2**32-1 (what numpy's RNG takes)
+  local item items
+  [[ ${!1} =~ ^([0-9]+(,[0-9]+)*)?$ ]] || refuse "$1=${!1} must list seeds 0..4294967295 separated by commas, e.g. $1=0,1,2"
+  IFS=, read -ra items <<< "${!1}"
+  for item in "${items[@]}"; do
+    if ! [[ $item =~ ^[0-9]{1,10}$ ]] || (( 10#$item >= 4294967296 )); then
+      refuse "$1=${!1} must list seeds 0..4294967295 separated by commas, e.g. $1=0,1,2 (seed $item is too large)"
+    fi
+  done
+}
+check_schemes() {  # variable name: comma-separated scheme names of configs/pos/
+  local item items
+  [[ ${!1} =~ ^([A-Za-z0-9_]+(,[A-Za-z0-9_]+)*)?$ ]] || refuse "$1=${!1} must list schemes separated by commas, e.g. $1=none,2d_sin"
+  IFS=, read -ra items <<< "${!1}"
+  for item in "${items[@]}"; do
+    [[ ,$SCHEME_NAMES, == *",$item,"* ]] || refuse "$1=${!1} names no scheme '$item'; the schemes are $SCHEME_NAMES"
+  done
+}
+check_sizes() {  # variable name: lists of positive integers in brackets, separated by spaces
+  [[ ${!1} =~ ^(\[[1-9][0-9]*(,[1-9][0-9]*)*\]( |$))*$ ]] ||
+    refuse "$1=${!1} must be lists of positive sizes in brackets, separated by spaces, e.g. $1=[32,48,64]"
+}
+for variable in SEEDS MIXED_SEEDS LONG_SEEDS PUBLISHED_SEEDS FINETUNE_SEEDS; do check_seeds "$variable"; done
+[ -n "$SEEDS" ] || refuse "SEEDS is empty; list the seeds to train, e.g. SEEDS=0,1,2"
+for variable in SCHEMES FUZZY_SCHEMES MIXED_SCHEMES LONG_SCHEMES PUBLISHED_SCHEMES; do check_schemes "$variable"; done
+for variable in EXTRAP_SIZES MIXED_SIZES; do check_sizes "$variable"; done
+[[ $EXTRAP_LIMIT =~ ^[1-9][0-9]{0,8}$ ]] ||
+  refuse "EXTRAP_LIMIT=$EXTRAP_LIMIT must be a positive number of test images, e.g. EXTRAP_LIMIT=2000"
+[ -z "${CIFAR10_ROOT:-}" ] || [ -e "$CIFAR10_ROOT" ] ||
+  refuse "CIFAR10_ROOT=$CIFAR10_ROOT does not exist; pass the CIFAR-10 archive, folder or image tree, or unset it"
+case ${1:-all} in runs|fuzzy|mixed|long|published|park|tables|all|status) ;;
+  *) refuse "unknown step '${1}'; use one of runs, fuzzy, mixed, long, published, park, tables, all, status" ;;
+esac
 read -ra MIXED_LISTS <<< "$MIXED_SIZES"    # split on spaces without globbing the brackets
 TWO_MODES=" 1d_sin 2d_sin rope_axial rope_mixed "   # schemes with an extrapolate/interpolate choice
 QUIET="trainer.enable_progress_bar=false callbacks.figures=null"
@@ -292,6 +329,4 @@ case ${1:-all} in
           total=0; for state in "${!COUNT[@]}"; do total=$(( total + COUNT[$state] )); done
           echo "$total runs in $ARCHIVE and $LOGS: ${COUNT[done]:-0} done, ${COUNT[trained]:-0} trained," \
             "${COUNT[interrupted]:-0} interrupted, ${COUNT[parked]:-0} parked, ${COUNT[to do]:-0} to do" ;;
-  *) echo "error: unknown step '${1}'; use one of runs, fuzzy, mixed, long, published, park, tables, all, status" >&2
-     exit 2 ;;
 esac

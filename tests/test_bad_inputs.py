@@ -69,7 +69,7 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ),
     (
         "curriculum=[[16,0.5],[32,0.5]] batch_by_tokens=true",
-        "curriculum and train_img_sizes .or batch_by_tokens. both choose",
+        "batch_by_tokens=True only matters with train_img_sizes=...; set train_img_sizes, or drop batch_by_tokens",
     ),
     (
         "curriculum=[[16,0.5],[32,0.5]] curriculum_batch=tokenz",

@@ -128,6 +128,12 @@ def remove_test_split(root: Path) -> None:
     (root / "test").rmdir()
 
 
+def remove_class(root: Path, split: str, label: str) -> None:
+    for path in (root / split / label).iterdir():
+        path.unlink()
+    (root / split / label).rmdir()
+
+
 BROKEN = [  # (what is wrong, how to break a good tree, words the message must contain)
     ("missing root", lambda root: root.rename(root.with_name("elsewhere")), "does not exist"),
     ("no test split", remove_test_split, "has no test/<class>/ or val/<class>/ folder"),
@@ -148,9 +154,14 @@ BROKEN = [  # (what is wrong, how to break a good tree, words the message must c
         "train/cat/notes.txt is not an image",
     ),
     (
-        "mixed channels",
-        lambda root: write_tree(root, {"train": {"eel": 1}}, channels=1),
-        "mix channel counts: 1-channel (train/eel/000.png), 3-channel",
+        "image in a subfolder of a class",
+        lambda root: write_tree(root / "train" / "cat", {"kittens": {"x": 1}}),
+        "train/cat/kittens/x/000.png lies deeper than train/<class>/; images go directly in their class folder",
+    ),
+    (
+        "one class",
+        lambda root: [remove_class(root, split, label) for split in COUNTS for label in ("ant", "dog")],
+        "train/ has one class folder (cat/); a classification task needs two or more",
     ),
 ]
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,23 +108,23 @@ def test_a_run_takes_every_step_then_its_archive_outlives_the_machine(tmp_path):
 def test_runs_in_logs_are_finished_resumed_or_retrained(tmp_path):
     study_logs = tmp_path / "logs" / "cifar10_study"
     outputs = ("transfer_default/resolution.csv", "extrapolation/resolution.csv")
-    make_run(study_logs / "done_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/best-e9.ckpt", *outputs)
-    make_run(study_logs / "lost_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/last.ckpt")
-    make_run(study_logs / "killed_cifar10_32px_seed0" / "version_0", "checkpoints/last.ckpt")
-    env = fake_env(tmp_path, SCHEMES="done,lost,killed", SEEDS="0", FINETUNE_SEEDS="1")
+    make_run(study_logs / "cpb_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/best-e9.ckpt", *outputs)
+    make_run(study_logs / "cpe_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/last.ckpt")
+    make_run(study_logs / "fire_cifar10_32px_seed0" / "version_0", "checkpoints/last.ckpt")
+    env = fake_env(tmp_path, SCHEMES="cpb,cpe,fire", SEEDS="0", FINETUNE_SEEDS="1")
     calls = study(tmp_path, env)
-    assert not any("pos=done" in c or "done_cifar10" in c for c in calls)  # trained and evaluated: archived only
-    assert (tmp_path / "results/study_logs/cifar10_study/done_cifar10_32px_seed0/version_0/results.json").is_file()
+    assert not any("pos=cpb" in c or "cpb_cifar10" in c for c in calls)  # trained and evaluated: archived only
+    assert (tmp_path / "results/study_logs/cifar10_study/cpb_cifar10_32px_seed0/version_0/results.json").is_file()
     trains = [c for c in calls if c.startswith("train.py")]
     assert len(trains) == 2 and not any("cifar10_finetune" in c for c in trains)  # seed 0 is no fine-tune seed
-    lost = next(c for c in trains if "pos=lost" in c)
+    lost = next(c for c in trains if "pos=cpe" in c)
     assert "resume=true" not in lost
-    assert (study_logs / "lost_cifar10_32px_seed0" / "version_1" / "results.json").is_file()
-    killed = next(c for c in trains if "pos=killed" in c)
-    assert "resume=true" in killed and not (study_logs / "killed_cifar10_32px_seed0" / "version_1").exists()
+    assert (study_logs / "cpe_cifar10_32px_seed0" / "version_1" / "results.json").is_file()
+    killed = next(c for c in trains if "pos=fire" in c)
+    assert "resume=true" in killed and not (study_logs / "fire_cifar10_32px_seed0" / "version_1").exists()
     evaluations = [c for c in calls if c.startswith("-m vitpos.evaluate")]
     assert len(evaluations) == 4  # transfer and extrapolation of each trained run, from its newest best checkpoint
-    assert sum("lost_cifar10_32px_seed0/version_1/checkpoints/best-epoch1-step9.ckpt" in c for c in evaluations) == 2
+    assert sum("cpe_cifar10_32px_seed0/version_1/checkpoints/best-epoch1-step9.ckpt" in c for c in evaluations) == 2
 
 
 def test_fuzzy_and_mixed_twins_are_trained_extrapolated_and_archived(tmp_path):
@@ -296,3 +299,53 @@ def test_park_waits_for_a_running_study(tmp_path):
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study.sh holds it
         result = subprocess.run(["bash", "scripts/study.sh", "park"], cwd=ROOT, capture_output=True, text=True, env=env)
     assert result.returncode == 2 and result.stderr.startswith("error: another study.sh is training into")
+
+
+def settable_variables() -> list[str]:
+    """The variables a user sets study.sh with: those assigned from themselves with a default."""
+    script = (ROOT / "scripts" / "study.sh").read_text()
+    return sorted(set(re.findall(r"\b([A-Z0-9_]+)=\$\{\1:?-", script)))
+
+
+BAD_VALUES = {  # family (how a variable's name ends) -> (a bad value, words of the one error line)
+    "SEEDS": [("-1", "must list seeds 0..4294967295"), ("4294967296", "must list seeds 0..4294967295"),
+              ("0,,1", "must list seeds 0..4294967295 separated by commas"), ("a", "must list seeds")],
+    "SCHEMES": [("2d_sin,nosuch", "names no scheme 'nosuch'; the schemes are 1d_learned,"),
+                ("2d_sin,", "must list schemes separated by commas")],
+    "SIZES": [("[32,0]", "must be lists of positive sizes in brackets"), ("32,48", "must be lists of positive sizes")],
+    "LIMIT": [("0", "must be a positive number of test images"), ("2k", "must be a positive number of test images")],
+    "DATASET": [("imagenet", "is not a study; use DATASET=cifar10 or DATASET=fmnist")],
+}  # fmt: skip
+FREE = {"LOGS", "RESULTS", "ARCHIVE", "PARKED"}  # folders: any path
+
+
+def family(variable: str) -> str:
+    return next(end for end in BAD_VALUES if variable.endswith(end))
+
+
+CHECKED = [(v, value, words) for v in settable_variables() if v not in FREE for value, words in BAD_VALUES[family(v)]]
+
+
+def test_every_settable_variable_belongs_to_a_checked_family():
+    assert {v for v, _, _ in CHECKED} | FREE == set(settable_variables())
+    assert {"SEEDS", "FINETUNE_SEEDS", "SCHEMES", "EXTRAP_LIMIT", "DATASET", "MIXED_SIZES"} <= set(settable_variables())
+
+
+@pytest.mark.parametrize("variable, value, words", CHECKED, ids=[f"{v}={value}" for v, value, _ in CHECKED])
+def test_a_bad_setting_is_one_error_line_before_anything_runs(variable, value, words, tmp_path):
+    env = {**fake_env(tmp_path), variable: value}
+    result = subprocess.run(["bash", "scripts/study.sh", "runs"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 2 and not result.stdout
+    assert result.stderr.startswith(f"error: {variable}={value} ") and words in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "calls").exists() and not (tmp_path / "logs").exists()
+
+
+def test_a_missing_cifar10_copy_and_an_unknown_step_are_refused_before_anything_runs(tmp_path):
+    for env, step, words in [
+        ({**fake_env(tmp_path), "CIFAR10_ROOT": str(tmp_path / "nope")}, "runs", "CIFAR10_ROOT="),
+        (fake_env(tmp_path), "rnus", "unknown step 'rnus'"),
+    ]:
+        result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert result.returncode == 2 and result.stderr.startswith("error: ") and words in result.stderr
+        assert not (tmp_path / "logs").exists()

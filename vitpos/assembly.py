@@ -15,6 +15,7 @@ from .errors import ConfigError, check_setting, is_integer
 from .finetune import finetune_source
 from .model import image_size
 from .module import ImageClassifier
+from .options import DATA_OPTIONS, TRAIN_OPTIONS, check_options
 from .precision import resolve_precision
 from .resize import checkpoint_file
 from .runs import scheme_label, size_tag, sizes_tag
@@ -39,7 +40,8 @@ def model_config(cfg: DictConfig, datamodule: ImageDataModule) -> dict:
 
 def check_run_settings(cfg: DictConfig) -> None:
     """The top-level settings of train.yaml that no constructor checks."""
-    check_setting("seed", cfg.seed, is_integer(cfg.seed), "be an integer, e.g. seed=0")
+    check_options(cfg, TRAIN_OPTIONS)
+    check_options(cfg.data, DATA_OPTIONS, prefix="data.")
     check_setting(
         "checkpoint_every_n_steps",
         cfg.checkpoint_every_n_steps,

@@ -35,6 +35,17 @@ def parse_options(argv: list[str], defaults: dict, doc: str, extra_keys=()) -> D
     return OmegaConf.merge(OmegaConf.create(defaults), options)
 
 
+def refuse_beside_ckpt(argv: list[str], ignored) -> None:
+    """Refuse options that a `ckpt=` on the same command line makes the command ignore (the model
+    comes from the checkpoint: a scheme or model argument given beside it would silently not count)."""
+    given = sorted({arg.split("=", 1)[0] for arg in argv} & set(ignored))
+    if given and any(arg.startswith("ckpt=") for arg in argv):
+        raise ConfigError(
+            f"ckpt= builds the model the checkpoint records, which ignores {', '.join(given)}; "
+            f"drop {'it' if len(given) == 1 else 'them'}, or drop ckpt= for a fresh model"
+        )
+
+
 def keyword_defaults(function) -> dict:
     """`function`'s keyword arguments and their defaults: a CLI's options, kept with the function."""
     parameters = inspect.signature(function).parameters.values()

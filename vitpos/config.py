@@ -60,6 +60,9 @@ def instantiate(config, **kwargs):
 
 def data_config(name: str) -> dict:
     """configs/data/<name>.yaml composed as train.py would (interpolations resolved)."""
+    names = sorted(path.stem for path in (CONFIG_DIR / "data").glob("*.yaml"))
+    if name not in names:
+        raise ConfigError(f"data={name!r} is not a data config; use one of {', '.join(names)}")
     return OmegaConf.to_container(compose_train_config([f"data={name}"]).data, resolve=True)
 
 

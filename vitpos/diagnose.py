@@ -25,16 +25,18 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from timm.layers import to_2tuple
 
-from .cli import parse_options
+from .cli import parse_options, refuse_beside_ckpt
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_ARGS, VisionTransformer, create_model
+from .options import Option, check_options
 from .pos import HOOKS
 from .resize import load_model
 from .runs import find_checkpoints
 
 SHUFFLE_NOISE = 1e-6  # relative logit change that fp32 round-off alone produces (none: ~1e-7)
 DEFAULTS = dict(pos=None, ckpt=None, img_size=None, in_chans=3, num_classes=10, batch=8, seed=0)
+OPTIONS = {"batch": Option("count", "batch=8"), "seed": Option("seed", "seed=0")}
 
 
 def shuffle_patches(images: torch.Tensor, patch: int, permutation: torch.Tensor) -> torch.Tensor:
@@ -136,6 +138,8 @@ def report(findings: dict) -> str:
 def main(argv: list[str]) -> int:
     try:
         options = parse_options(argv, DEFAULTS, __doc__, extra_keys=MODEL_ARGS)
+        check_options(options, OPTIONS)
+        refuse_beside_ckpt(argv, {"pos", *MODEL_ARGS})
         model_args = {k: v for k, v in OmegaConf.to_container(options).items() if k in MODEL_ARGS - set(DEFAULTS)}
         if options.ckpt:
             model = load_model(find_checkpoints(options.ckpt)[0])

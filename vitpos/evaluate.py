@@ -53,14 +53,20 @@ from .data import describe_pixels
 from .errors import ConfigError, VitposError, print_line
 from .errors import report as report_error
 from .model import ATTN_TEMPERATURES, check_attn_temperature, image_size
+from .options import Option, check_options
 from .plots import pyplot
 from .pos import get_pos_class
-from .precision import bf16_supported
+from .precision import bf16_supported, chosen_device
 from .resize import model_from_checkpoint, read_checkpoint
 from .runs import RESULTS_FILE, conversion_suffix, find_checkpoints, run_dir, run_label, size_tag
 
 BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
 ALL = "all"  # resize_mode=all: every conversion, each evaluated on the split
+OPTIONS = {  # what `evaluate`'s own options take (the sizes, modes and data: their own checks)
+    "split": Option("choice", "split=val", choices=("test", "val")),
+    "limit": Option("count", "limit=1000", optional=True),
+    "overwrite": Option("flag", "overwrite=true", needs="out", unset=False),
+}
 
 
 def subset_mask(size: int, limit: int | None) -> torch.Tensor | None:
@@ -134,15 +140,17 @@ def evaluate(
     device="auto",
 ) -> list[dict]:
     """Evaluate each checkpoint at each size; write the table, CSV and plot; return the rows."""
+    check_options(dict(split=split, limit=limit, overwrite=overwrite, out=out), OPTIONS)
     out, fresh = output_folder(out, overwrite)
-    if split not in ("test", "val"):
-        raise ConfigError(f"split={split!r} must be test or val")
     if attn_temperature is not None:
         check_attn_temperature(attn_temperature)
-    request = Request(resize_mode, attn_temperature, split, limit, pick_device(device))
+    request = Request(resize_mode, attn_temperature, split, limit, chosen_device(device))
     if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
         raise ConfigError(f"img_sizes={img_sizes!r} must be a list of sizes, e.g. img_sizes=[32,48,64]")
     sizes = [image_size(size) for size in img_sizes]
+    twice = sorted({size_tag(size) for size in sizes if sizes.count(size) > 1})
+    if twice:
+        raise ConfigError(f"img_sizes lists {', '.join(twice)} more than once; give each size once")
     rows, subsetted = [], False
     paths = find_checkpoints(ckpt)
     for number, path in enumerate(paths, 1):
@@ -171,13 +179,6 @@ class Request:
     split: str
     limit: int | None
     device: torch.device
-
-
-def pick_device(device: str) -> torch.device:
-    """`auto`: the GPU where there is one, else the CPU."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def checkpoint_datamodule(checkpoint: dict, path: Path, data, batch_size: int, data_dir):

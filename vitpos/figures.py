@@ -36,16 +36,22 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from .cli import parse_options
+from .cli import parse_options, refuse_beside_ckpt
 from .config import data_config, data_settings, instantiate
 from .errors import ConfigError, VitposError
 from .errors import report as report_error
 from .model import MODEL_ARGS, create_model
+from .options import Option, check_options
 from .plots import make_figures, sample_images, save_figures
 from .resize import model_from_checkpoint, read_checkpoint
 from .runs import find_checkpoints, run_dir
 
 DEFAULTS = dict(ckpt=None, pos=None, out=None, images=64, split="val", data=None, data_dir=None, img_size=32, seed=0)
+OPTIONS = {
+    "images": Option("count", "images=64"),
+    "split": Option("choice", "split=test", choices=("val", "test")),
+    "seed": Option("seed", "seed=0"),
+}
 
 
 def figures_from_options(options) -> tuple[dict, Path]:
@@ -79,8 +85,8 @@ def figures_from_options(options) -> tuple[dict, Path]:
 def main(argv: list[str]) -> int:
     try:
         options = parse_options(argv, DEFAULTS, __doc__, extra_keys=MODEL_ARGS)
-        if options.split not in ("val", "test"):
-            raise ConfigError(f"split={options.split!r} must be val or test")
+        check_options(options, OPTIONS)
+        refuse_beside_ckpt(argv, {"pos", "img_size", *MODEL_ARGS})  # a checkpoint's figures: at its own size
         figures, out = figures_from_options(options)
         for path in save_figures(figures, out):
             print(f"wrote {path}")

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from .errors import ConfigError, check_setting, is_integer, is_number
 from .pos import Grid, create_pos
+from .pos.arguments import check_model_given
 
 ATTN_IMPLS = ("auto", "sdpa", "math")
 POOLS = ("gap", "cls")
@@ -263,6 +264,7 @@ class VisionTransformer(nn.Module):
             output_fmt="NHWC",
             strict_img_size=False,
         )
+        check_model_given(config["pos_kwargs"])
         self.pos = create_pos(
             config["pos"], dim=dim, num_heads=num_heads, depth=depth, grid=self.grid, **config["pos_kwargs"]
         )

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from .errors import ConfigError
+
 # x86 flags of native bf16 matmul; without them (AVX2-only CPUs) bf16 is emulated, ~100x slower than fp32
 BF16_CPU_FLAGS = {"avx512_bf16", "amx_bf16"}
 
@@ -84,3 +86,22 @@ def device_description(device: torch.device) -> str:
         return f"GPU {torch.cuda.get_device_name(device)}"
     native = "native bf16" if bf16_supported("cpu") else "no native bf16"
     return f"CPU {cpu_name()} ({cpu_cores()} cores, {native})"
+
+
+def chosen_device(device) -> torch.device:
+    """`auto` (a GPU where torch sees one, else the CPU), `cpu`, `cuda` or `cuda:<index>`, refused
+    where this machine has no such device."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError):
+        chosen = None
+    if chosen is None or chosen.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device={device!r} must be auto, cpu, cuda or cuda:<index>")
+    if chosen.type == "cuda" and (chosen.index or 0) >= (torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        raise ConfigError(
+            f"device={device!r} is not on this machine ({torch.cuda.device_count()} CUDA devices); "
+            f"use device=auto or device=cpu"
+        )
+    return chosen

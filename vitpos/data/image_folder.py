@@ -3,10 +3,13 @@ archive into uint8 tensors, decoded once and cached, and their datamodule (`data
 
 The layout is torchvision's `ImageFolder` (classes = sorted folder names of `train/`); the tree
 may sit at the root or under one top folder (`cifar10-jpeg/train/...`). JPEG and PNG files are
-decoded with `torchvision.io` (batched); hidden files (`.DS_Store`) are skipped, any other file is
-an error naming it. The decoded splits are saved under `cache_dir`, keyed by the source's path,
-size and modification time (every file's, for a folder), so later runs and DDP ranks load tensors
-instead of decoding; a file lock makes one process build while the others wait.
+decoded with `torchvision.io` to RGB (palette, CMYK, 16-bit and alpha images included), or to one
+channel where every image is grey. What operating systems and notebooks leave (hidden entries such
+as `.DS_Store`, `.ipynb_checkpoints/` and `._name.jpg`, `__MACOSX/`, `Thumbs.db`, `desktop.ini`) is
+skipped; any other file is an error naming it. The decoded splits are saved under `cache_dir`,
+keyed by the source's path, size and modification time (every file's, for a folder), so later runs
+and DDP ranks load tensors instead of decoding; a file lock makes one process build while the
+others wait, and a damaged cache file is rebuilt.
 """
 
 from __future__ import annotations
@@ -27,11 +30,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import ConfigError, DataNotFoundError
+from .cache import read_cache, remove_unfinished, write_cache
 from .datamodule import ImageDataModule
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 SPLIT_FOLDERS = {"train": ("train",), "test": ("test", "val")}
-CACHE_FORMAT = 2  # bump when the cached tensors' meaning changes
+SPLIT_NAMES = sum(SPLIT_FOLDERS.values(), ())
+CACHE_FORMAT = 3  # bump when the cached tensors' meaning changes
+LEFT_BY_SYSTEMS = {"__macosx", "thumbs.db", "ehthumbs.db", "desktop.ini"}  # lower case; hidden names too
+
+
+def left_by_system(name: str) -> bool:
+    """Whether an entry's path holds a part that an operating system or a notebook left there."""
+    return any(part.startswith(".") or part.lower() in LEFT_BY_SYSTEMS for part in PurePosixPath(name).parts)
 
 
 @dataclass
@@ -86,9 +97,10 @@ class Source:
             )
 
     def members(self) -> list[tuple[str, object, bool]]:
-        """(posix path relative to the root, read key, is a folder) of every entry."""
+        """(posix path relative to the root, read key, is a folder) of every entry but those
+        `left_by_system`."""
         with self.reading():
-            return self._members()
+            return [entry for entry in self._members() if not left_by_system(entry[0])]
 
     def _members(self) -> list[tuple[str, object, bool]]:
         if self.kind == "folder":
@@ -134,9 +146,11 @@ class Source:
             ) from None
 
     def fingerprint(self) -> str:
-        """A hash of the source's path, size and mtime (each file's, for a folder)."""
+        """A hash of the source's path, size and mtime (each file's, for a folder, whose own mtime
+        changes with entries the tree ignores)."""
         stats = [(str(self.root.resolve()), self.root.stat().st_size, self.root.stat().st_mtime_ns)]
         if self.kind == "folder":
+            stats = [str(self.root.resolve())]
             stats += [
                 (name, os.stat(key).st_size, os.stat(key).st_mtime_ns)
                 for name, key, is_dir in self.members()
@@ -159,10 +173,18 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
     files: list[TreeFile] = []
     class_dirs: dict[tuple[str, str], int] = {}  # (split, class) -> image count
     prefixes = set()
+    astray = []  # images outside every split folder
     for name, key, is_dir in listing:
         parts = PurePosixPath(name).parts
+        if not is_dir and name.lower().endswith(IMAGE_SUFFIXES) and not set(parts[:2]) & set(SPLIT_NAMES):
+            astray.append(name)
         for depth in (0, 1):  # the tree at the root, or under one top folder
-            if len(parts) not in (depth + 2, depth + 3) or parts[depth] not in sum(SPLIT_FOLDERS.values(), ()):
+            if len(parts) > depth + 3 and parts[depth] in SPLIT_NAMES and not is_dir:
+                raise ConfigError(
+                    f"{where}: {name} lies deeper than {parts[depth]}/<class>/; images go directly in their "
+                    f"class folder ({'/'.join(parts[: depth + 2])}/), move them up or remove the subfolder"
+                )
+            if len(parts) not in (depth + 2, depth + 3) or parts[depth] not in SPLIT_NAMES:
                 continue
             split = next(s for s, names in SPLIT_FOLDERS.items() if parts[depth] in names)
             prefixes.add((parts[:depth], parts[depth]))
@@ -175,7 +197,7 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
                         f"{where}: {name} is a file beside the class folders of {parts[depth]}/; "
                         f"images go in {parts[depth]}/<class>/, remove or move it"
                     )
-            elif not is_dir and not parts[-1].startswith("."):
+            elif not is_dir:
                 if not parts[-1].lower().endswith(IMAGE_SUFFIXES):
                     raise ConfigError(
                         f"{where}: {name} is not an image ({', '.join(IMAGE_SUFFIXES)}); remove it from the tree"
@@ -183,6 +205,11 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
                 class_dirs[(split, label)] = class_dirs.get((split, label), 0) + 1
                 files.append(TreeFile(split, label, name, key))
             break
+    if not prefixes and astray:
+        raise ConfigError(
+            f"{where} holds images outside train/ and test/ folders (e.g. {astray[0]}); arrange them as "
+            f"train/<class>/*.jpg and test/<class>/*.jpg, one folder per class"
+        )
     tops = {prefix for prefix, _ in prefixes}
     if len(tops) > 1:
         trees = ", ".join("/".join(t) or "." for t in sorted(tops))
@@ -201,6 +228,11 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
         if count == 0:
             raise ConfigError(f"{where}: class folder {split}/{label}/ holds no image; add images or remove it")
     train_classes = {label for split, label in class_dirs if split == "train"}
+    if len(train_classes) < 2:
+        raise ConfigError(
+            f"{where}: train/ has one class folder ({', '.join(train_classes)}/); a classification task "
+            f"needs two or more, one folder per class"
+        )
     missing = sorted({label for split, label in class_dirs if split == "test"} - train_classes)
     if missing:
         raise ConfigError(
@@ -211,25 +243,24 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
 
 
 def decode(files: list[TreeFile], data: list[bytes], size: tuple[int, int], where: str) -> tuple[Tensor, bool]:
-    """Decode to one uint8 (N, C, H, W) tensor, and whether the images differed in size: then all
-    of them are resized to `size`."""
+    """Decode to one uint8 (N, C, H, W) tensor and whether the images differed in size (then all are
+    resized to `size`). RGB: a palette, CMYK, 16-bit or alpha image is converted by torchvision;
+    one channel where every image is grey."""
     from torchvision.io import ImageReadMode, decode_image
+    from torchvision.transforms.v2.functional import to_dtype
 
     images = []
     for file, raw in zip(files, data):
         try:
-            images.append(decode_image(torch.frombuffer(bytearray(raw), dtype=torch.uint8), ImageReadMode.UNCHANGED))
+            image = decode_image(torch.frombuffer(bytearray(raw), dtype=torch.uint8), ImageReadMode.RGB)
         except (RuntimeError, ValueError) as error:
             raise ConfigError(
                 f"{where}: {file.name} cannot be decoded as an image ({str(error).splitlines()[0]}); "
                 f"remove or replace it"
             ) from None
-    channels = {}
-    for file, image in zip(files, images):
-        channels.setdefault(image.shape[0], file.name)
-    if len(channels) > 1:
-        described = ", ".join(f"{count}-channel ({name})" for count, name in sorted(channels.items()))
-        raise ConfigError(f"{where}: the images mix channel counts: {described}; convert them to one (e.g. all RGB)")
+        images.append(to_dtype(image, torch.uint8, scale=True))  # 16-bit PNGs decode to uint16
+    if all(torch.equal(image[0], image[1]) and torch.equal(image[1], image[2]) for image in images):
+        images = [image[:1] for image in images]  # grey: one channel
     mixed_sizes = len({tuple(image.shape[1:]) for image in images}) > 1
     if mixed_sizes:
         images = [resize(image, size) for image in images]
@@ -271,15 +302,18 @@ def build(source: Source, size: tuple[int, int]) -> ImageSplits:
 
 def load_image_tree(root: str | Path, cache_dir: str | Path | None, size: tuple[int, int]) -> ImageSplits:
     """Read the image tree at `root` (folder or archive), from `cache_dir` when it holds this
-    version of the source; `size` is used only when the images differ in size."""
+    version of the source; `size` is used only when the images differ in size. A cache file that
+    cannot be read back whole (cut short, overwritten, another tree's) is rebuilt, with a notice."""
     source = Source(Path(root).expanduser())
     if cache_dir is None:
         return build(source, size)
     cache_dir = Path(cache_dir).expanduser()
     stem = source.root.name.split(".")[0] or "images"
-    cached = cache_dir / f"{stem}-{source.fingerprint()}-{size[0]}x{size[1]}.pt"
-    if cached.is_file():
-        return load_cached(cached)
+    fingerprint = source.fingerprint()
+    cached = cache_dir / f"{stem}-{fingerprint}-{size[0]}x{size[1]}.pt"
+    fields, damage = read_cache(cached, fingerprint)
+    if fields is not None:
+        return ImageSplits(**fields)
     created = not cache_dir.exists()
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -293,16 +327,16 @@ def load_image_tree(root: str | Path, cache_dir: str | Path | None, size: tuple[
         return build(source, size)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one process decodes, the others wait and then load its cache
-        if cached.is_file():
-            return load_cached(cached)
-        print(f"vitpos: decoding {source.root} once into {cached}", flush=True)
+        fields, damage = read_cache(cached, fingerprint) if damage is None else (None, damage)
+        if fields is not None:
+            return ImageSplits(**fields)
+        remove_unfinished(cache_dir)
+        if damage:
+            print(f"vitpos: the decoded-image cache {cached} is damaged ({damage}); rebuilding it", flush=True)
+        else:
+            print(f"vitpos: decoding {source.root} once into {cached}", flush=True)
         splits = build(source, size)
-        temporary = cached.with_name(f".{cached.name}.tmp{os.getpid()}")
-        try:
-            torch.save(vars(splits), temporary)
-            os.replace(temporary, cached)
-        finally:
-            temporary.unlink(missing_ok=True)
+        write_cache(cached, fingerprint, vars(splits))
         return splits
     except BaseException:
         if created and not any(cache_dir.iterdir()):
@@ -310,10 +344,6 @@ def load_image_tree(root: str | Path, cache_dir: str | Path | None, size: tuple[
         raise
     finally:
         os.close(lock)
-
-
-def load_cached(path: Path) -> ImageSplits:
-    return ImageSplits(**torch.load(path, mmap=True, weights_only=True))
 
 
 class ImageFolderDataModule(ImageDataModule):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..errors import check_setting, is_integer
 from .datamodule import ImageDataModule
 
 DIRECTIONS = ((0, 1), (0, -1), (1, 0), (-1, 0))  # label = where shape B lies from shape A: right, left, below, above
@@ -61,6 +62,9 @@ class SyntheticDataModule(ImageDataModule):
     def __init__(self, num_train: int = 4096, num_test: int = 1024, seed: int = 0, **kwargs):
         kwargs.setdefault("augment", "none")
         kwargs.setdefault("val_size", 512)
+        for setting, value in (("num_train", num_train), ("num_test", num_test)):
+            check_setting(f"data.{setting}", value, is_integer(value) and value > 0, "be a positive integer")
+        check_setting("data.seed", seed, is_integer(seed) and 0 <= seed < 2**32, "be an integer with 0 <= seed < 2**32")
         super().__init__(**kwargs)
         self.num_train, self.num_test, self.seed = num_train, num_test, seed
 

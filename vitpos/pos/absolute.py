@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from timm.layers import build_sincos2d_pos_embed, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 
+from .arguments import Argument
 from .base import Grid, PositionalEncoding, axis_positions, check_divisible, token_positions
 from .registry import register
 from .scaling import FREQUENCY_MODES, axis_frequencies, band_range
@@ -163,6 +164,7 @@ class FixedSincos(AdditiveEncoding):
 
     resize_modes = ("extrapolate", "interpolate")
     measures_in_ref_grid = True
+    arguments = {"temperature": Argument("the frequency base", low=0, low_open=True)}
     divisor = 2
     why = "sin and cos pairs"
 

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from .arguments import Argument
 
 Grid = tuple[int, int]
 
@@ -52,6 +53,10 @@ class PositionalEncoding(nn.Module):
     supports_fuzzy: bool = False  # whether the scheme reads continuous coordinates (`fuzzy` training)
     fuzzy: bool = False  # set by `create_pos`; see `draw_jitter`
     jitter: Tensor | None = None  # this forward pass' fuzzy offsets, (B, H*W, 2) (row, col), or None
+    # the range of each constructor argument a user sets, checked by `create_pos`; subclasses add theirs
+    arguments: dict[str, Argument] = {
+        "ref_grid": Argument("the training grid positions are measured in", kind="grid", low=1, example="[8, 8]")
+    }
 
     def __init__(
         self,
@@ -132,15 +137,16 @@ class PositionalEncoding(nn.Module):
         self.forget_grids()  # training changes parameters: what was derived from them goes
         return super().train(mode)
 
-    def check_resize_mode(self, mode: str | None) -> None:
+    @classmethod
+    def check_resize_mode(cls, mode: str | None) -> None:
         if mode is None:
             return
-        if not self.resize_modes:
+        if not cls.resize_modes:
             raise ConfigError(
-                f"pos={self.scheme_name} has no positional state to resize, so it takes no "
+                f"pos={cls.scheme_name} has no positional state to resize, so it takes no "
                 f"resize_mode (got {mode!r}); leave resize_mode unset"
             )
-        check_choice(self.scheme_name, "resize_mode", mode, self.resize_modes)
+        check_choice(cls.scheme_name, "resize_mode", mode, cls.resize_modes)
 
     def resize_to(self, grid: Grid, mode: str | None = None) -> dict:
         """Convert this scheme's state to `grid` in place with its resize rule (checkpoint surgery;

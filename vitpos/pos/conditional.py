@@ -11,6 +11,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from .arguments import Argument
 from .base import Grid, PositionalEncoding
 from .registry import register
 
@@ -24,6 +25,11 @@ class ConditionalPositionalEncoding(PositionalEncoding):
         kernel_size: odd depthwise kernel size.
     """
 
+    arguments = {
+        "after_layers": Argument("block indices after which a PEG is applied", kind="integers", low=0),
+        "kernel_size": Argument("the depthwise kernel's size", kind="integer", low=1, odd=True),
+    }
+
     def __init__(
         self,
         dim: int,
@@ -34,11 +40,10 @@ class ConditionalPositionalEncoding(PositionalEncoding):
         kernel_size: int = 3,
     ):
         super().__init__(dim, num_heads, depth, grid)
-        bad = [i for i in after_layers if not 0 <= i < depth]
-        if bad or kernel_size % 2 == 0:
+        if not after_layers or any(i >= depth for i in after_layers):
             raise ConfigError(
-                f"pos=cpe needs after_layers within 0..{depth - 1} and an odd kernel_size; "
-                f"got after_layers={list(after_layers)}, kernel_size={kernel_size}"
+                f"pos=cpe needs after_layers to list blocks within 0..{depth - 1} (model.depth={depth}), "
+                f"e.g. after_layers=[0]; got after_layers={list(after_layers)}"
             )
         self.after_layers, self.kernel_size = [int(i) for i in after_layers], int(kernel_size)
         self.pegs = nn.ModuleDict(

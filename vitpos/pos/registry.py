@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from ..errors import ConfigError
+from .arguments import check_arguments
 from .base import PositionalEncoding
 
 _SCHEMES: dict[str, type[PositionalEncoding]] = {}
@@ -57,7 +58,8 @@ def fuzzy_schemes() -> list[str]:
 
 def create_pos(name: str, fuzzy: bool = False, **kwargs) -> PositionalEncoding:
     """Build the scheme `name` with constructor arguments `kwargs` (dim, num_heads, depth, grid, ...);
-    `fuzzy` turns on fuzzy positions in training (`PositionalEncoding.draw_jitter`)."""
+    `fuzzy` turns on fuzzy positions in training (`PositionalEncoding.draw_jitter`). An unknown
+    argument or one outside the range its class declares (`arguments`) is a ConfigError."""
     cls = get_pos_class(name)
     if not isinstance(fuzzy, bool):
         raise ConfigError(f"pos.fuzzy={fuzzy!r} must be true or false")
@@ -66,6 +68,7 @@ def create_pos(name: str, fuzzy: bool = False, **kwargs) -> PositionalEncoding:
             f"pos={name} has no continuous coordinates to jitter, so it cannot train with "
             f"pos.fuzzy=true; schemes that can: {', '.join(fuzzy_schemes())}"
         )
+    check_arguments(cls, kwargs)
     scheme = cls(**kwargs)
     scheme.fuzzy = fuzzy
     return scheme

@@ -20,6 +20,7 @@ from timm.layers.pos_embed_sincos import freq_bands, init_random_2d_freqs
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from .arguments import Argument
 from .base import Grid, PositionalEncoding, token_positions
 from .registry import register
 from .scaling import FREQUENCY_MODES, axis_frequencies, axis_scale, band_range, rescale
@@ -83,6 +84,7 @@ class RotaryEncoding(PositionalEncoding):
     resize_modes = ("extrapolate", "interpolate", *FREQUENCY_MODES)
     measures_in_ref_grid = True
     supports_fuzzy = True
+    arguments = {"theta": Argument("the frequency base", low=0, low_open=True)}
 
     def __init__(
         self,

@@ -1,12 +1,9 @@
-"""Position biases added to the attention logits (the `bias` hook).
+"""Position biases computed from the offset between query and key (the `bias` hook): no table
+to resize, the same function on every grid.
 
-- `rel_bias`: Swin's relative position bias (Liu et al. 2021): a learned table of (2H-1)*(2W-1)
-  entries per head and layer, indexed by the 2D offset between query and key (timm's `RelPosBias`).
 - `cpb`: SwinV2's continuous position bias (Liu et al. 2022): an MLP per layer maps the log-spaced
   2D offset to a bias per head.
 - `alibi_2d`: ALiBi (Press et al. 2022) on the patch grid: -slope_h * (Euclidean distance), fixed.
-- `rel_shaw`: Shaw et al. 2018's relative position representations on the keys, in 2D: learned
-  row- and column-offset vectors per layer, offsets clipped to +-max_distance; the bias depends on q.
 - `lookhere`: LookHere (Fuller et al. 2024): each head sees only a cone pointed in its direction
   (-inf outside), with an ALiBi-like distance penalty; fixed.
 - `fire`: FIRE (Li et al. 2024) in 2D: an MLP per layer of the per-axis offsets, log-transformed and
@@ -21,12 +18,11 @@ import contextlib
 import math
 
 import torch
-import torch.nn.functional as F
-from timm.layers import RelPosBias, gen_relative_position_index, resize_rel_pos_bias_table, trunc_normal_
+from timm.layers import gen_relative_position_index, trunc_normal_
 from timm.layers.pos_embed_rel import gen_relative_log_coords
 from torch import Tensor, nn
 
-from ..errors import ConfigError, is_integer, is_number
+from .arguments import Argument
 from .base import Grid, PositionalEncoding, token_positions
 from .registry import register
 
@@ -37,58 +33,6 @@ def autocast_off(device_type: str):
     if torch.amp.is_autocast_available(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()
-
-
-@register("rel_bias")
-class RelativePositionBias(PositionalEncoding):
-    """One learned relative-position table per layer, ((2H-1)*(2W-1), heads); bias (heads, N, N).
-
-    Args:
-        resize_mode: the table on other grids: `bicubic` (resampled as a (2H-1) x (2W-1) image per
-            head, corner offsets aligned) or `geometric` (timm's `resize_rel_pos_bias_table`, BEiT).
-    """
-
-    resize_modes = ("bicubic", "geometric")
-
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, resize_mode: str = "bicubic"):
-        super().__init__(dim, num_heads, depth, grid, resize_mode)
-        self.layers = nn.ModuleList(RelPosBias(window_size=self.grid, num_heads=num_heads) for _ in range(depth))
-
-    def resampled_table(self, layer: int, grid: Grid, mode: str) -> Tensor:
-        """Layer's table resampled to `grid`: ((2H'-1)*(2W'-1), heads)."""
-        table = self.layers[layer].relative_position_bias_table
-        new_size = (2 * grid[0] - 1, 2 * grid[1] - 1)
-        if mode == "geometric":
-            return resize_rel_pos_bias_table(
-                table,
-                new_window_size=grid,
-                old_window_size=self.grid,
-                new_bias_shape=(new_size[0] * new_size[1], self.num_heads),
-            )
-        old_size = (2 * self.grid[0] - 1, 2 * self.grid[1] - 1)
-        image = table.T.reshape(1, self.num_heads, *old_size)  # (1, heads, 2H-1, 2W-1)
-        resized = F.interpolate(image.float(), size=new_size, mode="bicubic", align_corners=True)
-        return resized.reshape(self.num_heads, -1).T.to(table.dtype)  # ((2H'-1)*(2W'-1), heads)
-
-    def _bias_from(self, table: Tensor, grid: Grid) -> Tensor:
-        index = gen_relative_position_index(grid, device=table.device).view(-1)  # (N*N,)
-        num_tokens = grid[0] * grid[1]
-        return table[index].view(num_tokens, num_tokens, self.num_heads).permute(2, 0, 1)  # (heads, N, N)
-
-    def bias(self, layer: int, grid: Grid, q: Tensor | None = None) -> Tensor:
-        if tuple(grid) == self.grid:
-            return self.layers[layer].get_bias()[0]  # (heads, N, N)
-        return self.per_grid(
-            (layer, tuple(grid)), lambda: self._bias_from(self.resampled_table(layer, grid, self.resize_mode), grid)
-        )
-
-    def resize_state(self, grid: Grid) -> None:
-        tables = [self.resampled_table(i, grid, self.resize_mode).detach() for i in range(self.depth)]
-        self.layers = nn.ModuleList(
-            RelPosBias(window_size=tuple(grid), num_heads=self.num_heads, device=table.device) for table in tables
-        )
-        for rel, table in zip(self.layers, tables):
-            rel.relative_position_bias_table.data.copy_(table)
 
 
 @register("cpb")
@@ -108,6 +52,7 @@ class ContinuousPositionBias(PositionalEncoding):
 
     measures_in_ref_grid = True
     supports_fuzzy = True
+    arguments = {"hidden_dim": Argument("the MLP's hidden width", kind="integer", low=1)}
 
     def __init__(
         self, dim: int, num_heads: int, depth: int, grid: Grid, hidden_dim: int = 512, ref_grid: Grid | None = None
@@ -187,6 +132,8 @@ class Alibi2d(PositionalEncoding):
         bias_max: exponent range of the slopes (8 in ALiBi; MPT's `alibi_bias_max`).
     """
 
+    arguments = {"bias_max": Argument("the exponent range of the head slopes", low=0, low_open=True)}
+
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, bias_max: float = 8.0):
         super().__init__(dim, num_heads, depth, grid)
         self.bias_max = float(bias_max)
@@ -205,75 +152,6 @@ class Alibi2d(PositionalEncoding):
 
     def init_kwargs(self) -> dict:
         return {**super().init_kwargs(), "bias_max": self.bias_max}
-
-
-def clipped_offsets(grid: Grid, max_distance: int, device=None) -> tuple[Tensor, Tensor]:
-    """Row and column offset of every key from every query (key - query, as Shaw's clip(j - i)),
-    clipped to [-max_distance, max_distance] and shifted to 0..2*max_distance: (N, N) each, int64,
-    tokens row-major."""
-    rows, cols = torch.meshgrid(
-        torch.arange(grid[0], device=device), torch.arange(grid[1], device=device), indexing="ij"
-    )
-
-    def clipped(position: Tensor) -> Tensor:  # position (N,) -> [query i, key j] = clip(p_j - p_i) + K
-        return (position[None, :] - position[:, None]).clamp(-max_distance, max_distance) + max_distance
-
-    return clipped(rows.flatten()), clipped(cols.flatten())
-
-
-@register("rel_shaw")
-class ShawRelativePosition(PositionalEncoding):
-    """Shaw et al. 2018's relative position representations on the keys (their a^K), in 2D.
-
-    Per layer, row and column tables (2K+1, head_dim), K = max_distance, shared over heads. Query i
-    and key j at offset (dr, dc) = key - query get q_i . (a_row[clip(dr)] + a_col[clip(dc)]) /
-    sqrt(head_dim): a (B, heads, N, N) bias from q (B, heads, N, head_dim). Buffers `row_index`,
-    `col_index` (N, N). Any grid clips into the same 2K+1 offsets: nothing to resize.
-
-    Args:
-        max_distance: K, the largest offset per axis told apart (2 in the small-ViT CIFAR-10
-            ablation of s-chh/2D-Positional-Encoding-Vision-Transformer).
-    """
-
-    def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, max_distance: int = 2):
-        super().__init__(dim, num_heads, depth, grid)
-        if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance < 1:
-            raise ConfigError(
-                f"pos=rel_shaw needs max_distance to be a positive integer (the largest offset "
-                f"per axis told apart), e.g. max_distance=2; got max_distance={max_distance!r}"
-            )
-        self.max_distance = max_distance
-        self.head_dim = dim // num_heads
-        self.layers = nn.ModuleList(
-            nn.ParameterDict(
-                {axis: nn.Parameter(torch.empty(2 * max_distance + 1, self.head_dim)) for axis in ("rows", "cols")}
-            )
-            for _ in range(depth)
-        )
-        for table in self.parameters():
-            trunc_normal_(table, std=0.02)
-        self.build_buffers()
-
-    def buffers_for(self, grid: Grid, device=None) -> dict[str, Tensor]:
-        """`row_index`, `col_index`: (N, N) each, into the row and the column table."""
-        row_index, col_index = clipped_offsets(grid, self.max_distance, device=device)
-        return {"row_index": row_index, "col_index": col_index}
-
-    def bias(self, layer: int, grid: Grid, q: Tensor) -> Tensor:
-        fixed = self.grid_buffers(grid)
-        row_index, col_index = fixed["row_index"], fixed["col_index"]
-        tables = self.layers[layer]
-        q = q * self.head_dim**-0.5
-        shape = (*q.shape[:-1], row_index.shape[-1])  # (B, heads, N, N)
-        row_terms = q @ tables["rows"].T  # (B, heads, N, 2K+1): q_i . a_row[offset] for every offset
-        col_terms = q @ tables["cols"].T
-        return row_terms.gather(-1, row_index.expand(shape)) + col_terms.gather(-1, col_index.expand(shape))
-
-    def init_kwargs(self) -> dict:
-        return {**super().init_kwargs(), "max_distance": self.max_distance}
-
-    def extra_repr(self) -> str:
-        return f"grid={self.grid}, max_distance={self.max_distance}"
 
 
 CONE_TOLERANCE = 1e-6  # relative: a key on the cone's edge is inside despite the rounding of cos/sin
@@ -299,6 +177,11 @@ class LookHere(PositionalEncoding):
 
     resize_modes = ("interpolate", "extrapolate")
     measures_in_ref_grid = True
+    arguments = {
+        "directions": Argument("how many evenly spaced directions heads point in", kind="integer", low=1),
+        "field_of_view": Argument("the cone's full angle in degrees", low=0, low_open=True, high=360),
+        "slope": Argument("the distance penalty per patch", low=0),
+    }
 
     def __init__(
         self,
@@ -313,21 +196,6 @@ class LookHere(PositionalEncoding):
         ref_grid: Grid | None = None,
     ):
         super().__init__(dim, num_heads, depth, grid, resize_mode, ref_grid)
-        if not (is_integer(directions) and directions >= 1):
-            raise ConfigError(
-                f"pos=lookhere needs directions to be a positive integer (how many directions heads point in, "
-                f"evenly spaced), e.g. directions=8; got directions={directions!r}"
-            )
-        if not (is_number(field_of_view) and 0 < field_of_view <= 360):
-            raise ConfigError(
-                f"pos=lookhere needs field_of_view to be an angle in degrees with 0 < field_of_view <= 360, "
-                f"e.g. field_of_view=180; got field_of_view={field_of_view!r}"
-            )
-        if not (is_number(slope) and 0 <= slope < math.inf):
-            raise ConfigError(
-                f"pos=lookhere needs slope to be a number >= 0 (the distance penalty per patch), e.g. "
-                f"slope=0.25; got slope={slope!r}"
-            )
         self.directions = int(directions)
         self.field_of_view = float(field_of_view)
         self.slope = float(slope)
@@ -425,13 +293,10 @@ class FunctionalInterpolation(PositionalEncoding):
         hidden_dim: hidden width of each layer's MLP (32 in FIRE).
     """
 
+    arguments = {"hidden_dim": Argument("the MLP's hidden width", kind="integer", low=1)}
+
     def __init__(self, dim: int, num_heads: int, depth: int, grid: Grid, hidden_dim: int = 32):
         super().__init__(dim, num_heads, depth, grid)
-        if not (is_integer(hidden_dim) and hidden_dim >= 1):
-            raise ConfigError(
-                f"pos=fire needs hidden_dim to be a positive integer (the MLP's hidden width), e.g. "
-                f"hidden_dim=32; got hidden_dim={hidden_dim!r}"
-            )
         self.hidden_dim = hidden_dim
         thresholds = (max(self.grid[0] - 1, 1), max(self.grid[1] - 1, 1))
         self.layers = nn.ModuleList(FireFunction(num_heads, hidden_dim, thresholds) for _ in range(depth))
