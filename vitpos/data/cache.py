@@ -10,7 +10,17 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-FIELDS = ("train_images", "train_labels", "test_images", "test_labels", "classes", "mean", "std", "source", "mixed_sizes")
+FIELDS = (
+    "train_images",
+    "train_labels",
+    "test_images",
+    "test_labels",
+    "classes",
+    "mean",
+    "std",
+    "source",
+    "mixed_sizes",
+)
 
 
 def write_cache(path: Path, fingerprint: str, fields: dict) -> None:
