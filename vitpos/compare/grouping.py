@@ -80,9 +80,17 @@ def lrs_differ(rows: list[dict]) -> bool:
 def mark_differences(rows: list[dict]) -> None:
     """Set each row's `differs`: its lr (when the rows' lrs differ) and recipe words that tell it
     apart from the other rows, for the charts' labels and the CSV files ("" when nothing does)."""
+    for row, differs in zip(rows, differences(rows)):
+        row["differs"] = differs
+
+
+def differences(rows: list[dict]) -> list[str]:
+    """Each row's lr (when the rows' lrs differ) and the recipe words that tell it apart from the other rows."""
     show_lr = lrs_differ(rows)
-    for row, recipe in zip(rows, recipe_differences(rows)):
-        row["differs"] = " ".join([*([f"lr={row['lr']}"] if show_lr else []), *recipe])
+    return [
+        " ".join([*([f"lr={row['lr']}"] if show_lr else []), *recipe])
+        for row, recipe in zip(rows, recipe_differences(rows))
+    ]
 
 
 def training_setting(row: dict) -> list[str]:
@@ -217,22 +225,25 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
 def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows of runs evaluated with an asked-for temperature (`attn_temperature=`,
     `resize_mode=all`) -> {scheme: [curve]}: one curve per training `variant` (`exact`, `fuzzy`,
-    `mixed <sizes>`, `curriculum <tag>`; then the training size where the rows' sizes differ, and the
-    words that tell its recipe apart, `differs`, e.g. `exact 16px augment=rrc`) and conversion
+    `mixed <sizes>`, `curriculum <tag>`; then, among the rows with such evaluations, the training size
+    where their sizes differ and the `differences` of lr and recipe, e.g. `exact 16px augment=rrc`) and conversion
     (`mode`: a resize mode or "" for the scheme's only rule; `temperature`: none or log; `images`:
     the subset evaluated, None for the whole split) with its `heights`, `means`, `stds`, `n`,
     `train_height` (the run's `img_size`: 1x) and `native_size` (`pixels_at`); {} when no run has
     such an evaluation. Fuzzy-trained twins are filed under their scheme."""
     curves: dict[str, list[dict]] = {}
-    sizes_differ = len({str(row["img_size"]) for row in rows}) > 1
-    for row in rows:
-        points = {  # (mode, temperature, images) -> points of the extrapolation grid's evaluations
+    graded = {  # id(row) -> (mode, temperature, images) -> points of the extrapolation grid's evaluations
+        id(row): {
             parse_conversion_suffix(label): label_points
             for label, label_points in transfer_points(row).items()
             if is_extrapolation_grid(label)
         }
-        if not points:
-            continue
+        for row in rows
+    }
+    rows = [row for row in rows if graded[id(row)]]
+    sizes_differ = len({str(row["img_size"]) for row in rows}) > 1
+    for row, differs in zip(rows, differences(rows)):
+        points = graded[id(row)]
         scheme = row["pos"].removesuffix(FUZZY_SUFFIX)
         variant = (
             "fuzzy"
@@ -244,7 +255,7 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
             else "exact"
         )
         size = f"{row['img_size']}px" if sizes_differ else ""
-        variant = " ".join(filter(None, [variant, size, row.get("differs", "")]))
+        variant = " ".join(filter(None, [variant, size, differs]))
         for (mode, temperature, images), mode_points in sorted(
             points.items(), key=lambda item: (item[0][0], item[0][1] or "", item[0][2] or 0)
         ):
