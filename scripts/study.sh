@@ -28,7 +28,7 @@
 #            attn_temperature=log (evaluate resize_mode=all), on EXTRAP_LIMIT test images (default
 #            2000, the same random ones every time)
 #         -> a short fine-tune at 2x (runs, seeds in FINETUNE_SEEDS); fmnist: MIXED_EVAL/TWIN_EVAL sizes
-#            (native: every conversion at NATIVE_EVAL, then a fine-tune at the native 32 px)
+#            (native: every conversion at NATIVE_EVAL on EXTRAP_LIMIT test images, then a fine-tune at the native 32 px)
 #         -> its light files (logs, results, CSVs: no checkpoints) archived to ARCHIVE
 # ARCHIVE (default docs/results/study_logs, committed with the results) is what outlives a machine:
 # a run archived with every output is done and needs no checkpoint; any other run is continued from
