@@ -9,11 +9,18 @@
 #                                  # the ranking moves with the training budget; test accuracy only)
 #   bash scripts/study.sh published  # cifar10: PUBLISHED_SCHEMES x PUBLISHED_SEEDS on the published ablation's own
 #                                  # recipe, 200 epochs (experiment=cifar10_published; test accuracy only)
+#   bash scripts/study.sh native   # cifar10, train low, infer native: NATIVE_SCHEMES trained at each size of NATIVE_SIZES
+#                                  # (`<size>:<seeds>` words; default 16 px seeds 0-2, 24 px seed 0) on the images
+#                                  # downsampled once, evaluated at 16/24/32 px native with every conversion,
+#                                  # seeds in NATIVE_FINETUNE_SEEDS fine-tuned at 32 px; NATIVE_RRC_SCHEMES twins
+#                                  # trained with data.augment=rrc at NATIVE_RRC_SIZES (16 px, seed 0); runs in
+#                                  # LOGS/native/ and ARCHIVE/native/, apart from the 32 px study's
 #   bash scripts/study.sh park     # each interrupted run in LOGS (last.ckpt, no results.json) copied to PARKED,
 #                                  # checkpoints included, so a run of many hours continues on another machine
 #   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare; cifar10:
-#                                  # ranking.md sets the study beside the published ablation in RESULTS/published/)
-#   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then long, published, then tables
+#                                  # ranking.md sets the study beside the published ablation in RESULTS/published/;
+#                                  # the native study's in cifar10_native/ and cifar10_native_finetune/)
+#   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then long, published, native, then tables
 #   bash scripts/study.sh status   # each run of `all`, in its order: done, trained, interrupted or to do (reads only)
 # Each run goes through every step that needs its checkpoint, one after the other:
 #   train -> evaluate at SIZES with no fine-tune (both modes where a scheme has two; runs, fuzzy)
@@ -21,6 +28,7 @@
 #            attn_temperature=log (evaluate resize_mode=all), on EXTRAP_LIMIT test images (default
 #            2000, the same random ones every time)
 #         -> a short fine-tune at 2x (runs, seeds in FINETUNE_SEEDS); fmnist: MIXED_EVAL/TWIN_EVAL sizes
+#            (native: every conversion at NATIVE_EVAL on EXTRAP_LIMIT test images, then a fine-tune at the native 32 px)
 #         -> its light files (logs, results, CSVs: no checkpoints) archived to ARCHIVE
 # ARCHIVE (default docs/results/study_logs, committed with the results) is what outlives a machine:
 # a run archived with every output is done and needs no checkpoint; any other run is continued from
@@ -40,6 +48,8 @@
 # another checkout of the same code (RESULTS=<checkout>/docs/results) while this one is edited.
 # A study run uses 2 processes (both cores of a 2-core CPU): one study.sh trains into a LOGS at a time.
 set -euo pipefail
+# every scheme of configs/pos/ (run from the repository root), comma-separated
+every_scheme() { local file names=(); for file in configs/pos/*.yaml; do file=${file##*/}; names+=("${file%.yaml}"); done; (IFS=,; echo "${names[*]}"); }
 DATASET=${DATASET:-cifar10}
 case $DATASET in
   cifar10)
@@ -59,6 +69,18 @@ case $DATASET in
     LONG_SCHEMES=${LONG_SCHEMES-none,1d_learned,rel_shaw}
     PUBLISHED_EXPERIMENT=cifar10_published    # the published ablation's recipe: 200 epochs, RandAugment, test every epoch
     PUBLISHED_SCHEMES=${PUBLISHED_SCHEMES-none,1d_learned,2d_sin,rel_shaw,rope_axial}
+    # the native study: trained on the images downsampled once to a size below 32 px, evaluated up to their
+    # native 32 px (docs/resolution.md); every scheme, 3 seeds at 16 px (2x to native), one at 24 px (1.33x)
+    NATIVE_SCHEMES=${NATIVE_SCHEMES-$(every_scheme)}
+    NATIVE_SIZES=${NATIVE_SIZES-"16:0,1,2 24:0"}    # <training size>:<seeds> words
+    NATIVE_EVAL="[16,24,32]"; NATIVE_SIZE=32; NATIVE_TAG=cifar10    # the run names' data tag
+    NATIVE_FINETUNE_SEEDS=${NATIVE_FINETUNE_SEEDS-0}
+    # the scale-augmentation twins (data.augment=rrc), one scheme per way a grid is converted: recomputed absolute
+    # positions (2d_sin), rotations with learned frequencies (rope_mixed), a bias MLP of normalised offsets that
+    # needs no conversion (cpb), distance penalties built to extrapolate (lookhere); seed 0, read against the
+    # seed spread of their plain runs at 16 px
+    NATIVE_RRC_SCHEMES=${NATIVE_RRC_SCHEMES-2d_sin,rope_mixed,cpb,lookhere}
+    NATIVE_RRC_SIZES=${NATIVE_RRC_SIZES-"16:0"}
     DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
   fmnist)
     SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
@@ -76,6 +98,8 @@ case $DATASET in
     LONG_SCHEMES=${LONG_SCHEMES-}
     PUBLISHED_EXPERIMENT=
     PUBLISHED_SCHEMES=
+    NATIVE_SCHEMES=; NATIVE_SIZES=; NATIVE_RRC_SCHEMES=; NATIVE_RRC_SIZES=    # the native study is cifar10's
+    NATIVE_FINETUNE_SEEDS=; NATIVE_EVAL=; NATIVE_SIZE=; NATIVE_TAG=
     DATA_ARGS= ;;
   *) echo "error: DATASET=$DATASET is not a study; use DATASET=cifar10 or DATASET=fmnist" >&2; exit 2 ;;
 esac
@@ -120,12 +144,23 @@ for variable in SEEDS MIXED_SEEDS LONG_SEEDS PUBLISHED_SEEDS FINETUNE_SEEDS; do 
 [ -n "$SEEDS" ] || refuse "SEEDS is empty; list the seeds to train, e.g. SEEDS=0,1,2"
 for variable in SCHEMES FUZZY_SCHEMES MIXED_SCHEMES LONG_SCHEMES PUBLISHED_SCHEMES; do check_schemes "$variable"; done
 for variable in EXTRAP_SIZES MIXED_SIZES; do check_sizes "$variable"; done
+check_native_sizes() {  # variable name: <training size>:<seeds> words, each size below the data's own
+  local entry
+  for entry in ${!1}; do
+    if ! [[ $entry =~ ^([1-9][0-9]*):[0-9]+(,[0-9]+)*$ ]] || (( BASH_REMATCH[1] >= NATIVE_SIZE )); then
+      refuse "$1=${!1} must be <size>:<seeds> words with sizes below the native ${NATIVE_SIZE}px, e.g. $1=\"16:0,1,2 24:0\""
+    fi
+  done
+}
+for variable in NATIVE_SIZES NATIVE_RRC_SIZES; do check_native_sizes "$variable"; done
+for variable in NATIVE_SCHEMES NATIVE_RRC_SCHEMES; do check_schemes "$variable"; done
+check_seeds NATIVE_FINETUNE_SEEDS
 [[ $EXTRAP_LIMIT =~ ^[1-9][0-9]{0,8}$ ]] ||
   refuse "EXTRAP_LIMIT=$EXTRAP_LIMIT must be a positive number of test images, e.g. EXTRAP_LIMIT=2000"
 [ -z "${CIFAR10_ROOT:-}" ] || [ -e "$CIFAR10_ROOT" ] ||
   refuse "CIFAR10_ROOT=$CIFAR10_ROOT does not exist; pass the CIFAR-10 archive, folder or image tree, or unset it"
-case ${1:-all} in runs|fuzzy|mixed|long|published|park|tables|all|status) ;;
-  *) refuse "unknown step '${1}'; use one of runs, fuzzy, mixed, long, published, park, tables, all, status" ;;
+case ${1:-all} in runs|fuzzy|mixed|long|published|native|park|tables|all|status) ;;
+  *) refuse "unknown step '${1}'; use one of runs, fuzzy, mixed, long, published, native, park, tables, all, status" ;;
 esac
 read -ra MIXED_LISTS <<< "$MIXED_SIZES"    # split on spaces without globbing the brackets
 TWO_MODES=" 1d_sin 2d_sin rope_axial rope_mixed "   # schemes with an extrapolate/interpolate choice
@@ -148,8 +183,12 @@ listed() { [[ ,$2, == *",$1,"* ]]; }    # item, comma-separated list
 
 # the evaluations a finished run of this kind and scheme gets, one a line: <output folder> <sizes> [resize_mode];
 # each leaves <version>/<output folder>/resolution.csv (and its accuracies in the run's TensorBoard)
-evaluations() {  # kind (runs, fuzzy, mixed, long, published), scheme
+evaluations() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc), scheme
   [ "$1" != long ] && [ "$1" != published ] || return 0    # test accuracy at the training size only
+  if [ "$1" = native ] || [ "$1" = native_rrc ]; then    # every conversion, without and with log temperature
+    echo "transfer_native $NATIVE_EVAL all"
+    return
+  fi
   if [ "$1" = mixed ]; then
     [ -z "$MIXED_EVAL" ] || echo "mixed_eval_default $MIXED_EVAL"
   else
@@ -216,8 +255,10 @@ evaluate() {  # run folder, evaluations...: each one whose resolution.csv is mis
   done
 }
 
-study_run() {  # kind (runs, fuzzy, mixed, long, published), scheme, seed[, training sizes]: the run, then each step that needs its checkpoint
-  local kind=$1 pos=$2 seed=$3 sizes=${4:-} run finetuned="" args=() steps experiment=$EXPERIMENT
+study_run() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc), scheme, seed[, training size(s)]:
+              # the run, then each step that needs its checkpoint
+  local kind=$1 pos=$2 seed=$3 sizes=${4:-} run finetuned="" args=() steps experiment=$EXPERIMENT log_dir=$LOGS
+  local ft_args=() ft_size=2x
   case $kind in
     long) experiment=$LONG_EXPERIMENT; run=$experiment/${pos}_${RUN_TAG}_seed$seed ;;
     published) experiment=$PUBLISHED_EXPERIMENT; run=$experiment/${pos}_${RUN_TAG}_seed$seed ;;
@@ -225,6 +266,16 @@ study_run() {  # kind (runs, fuzzy, mixed, long, published), scheme, seed[, trai
     fuzzy) run=$EXPERIMENT/${pos}_fuzzy_${RUN_TAG}_seed$seed; args=(pos.fuzzy=true) ;;
     mixed) run=$EXPERIMENT/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed
            args=(train_img_sizes="$sizes" batch_by_tokens=true) ;;
+    # the native study's runs share LOGS/native/ (and ARCHIVE/native/), so the 32 px study's folders keep only its own
+    native) log_dir=$LOGS/native; args=(img_size="$sizes")
+            run=native/$EXPERIMENT/${pos}_${NATIVE_TAG}_${sizes}px_seed$seed
+            ! listed "$seed" "$NATIVE_FINETUNE_SEEDS" ||
+              finetuned=native/$FT_EXPERIMENT/${pos}_${NATIVE_TAG}_${NATIVE_SIZE}px_from_${sizes}px_seed$seed
+            ft_size=${NATIVE_SIZE}px; ft_args=(img_size="$NATIVE_SIZE") ;;
+    # the twins' run name says rrc (train.py's would be their plain runs'); no fine-tune: its recipe's standard
+    # augmentation would replace the one the twin measures
+    native_rrc) log_dir=$LOGS/native; run=native/$EXPERIMENT/${pos}_rrc_${NATIVE_TAG}_${sizes}px_seed$seed
+                args=(img_size="$sizes" data.augment=rrc run_name="${run##*/}") ;;
   esac
   [ "$kind" != runs ] || ! listed "$seed" "$FINETUNE_SEEDS" || finetuned=$FT_EXPERIMENT/${pos}_${FT_TAG}_seed$seed
   mapfile -t steps < <(evaluations "$kind" "$pos")
@@ -243,17 +294,17 @@ study_run() {  # kind (runs, fuzzy, mixed, long, published), scheme, seed[, trai
   if ! finished "$LOGS/$run"; then
     say "train $LOGS/$run"
     # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
-    python train.py experiment="$experiment" pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET "${args[@]}" \
+    python train.py experiment="$experiment" pos="$pos" seed="$seed" paths.log_dir="$log_dir" $DATA_ARGS $QUIET "${args[@]}" \
       $(resume_arg "$LOGS/$run")
     finished "$LOGS/$run" || { echo "error: training left no results.json and best checkpoint in $LOGS/$run" >&2; exit 1; }
   fi
   evaluate "$LOGS/$run" "${steps[@]}"
   if [ -n "$finetuned" ] && ! archived "$finetuned"; then
     if ! finished "$LOGS/$finetuned"; then
-      say "fine-tune $LOGS/$run at 2x"
+      say "fine-tune $LOGS/$run at $ft_size"
       # shellcheck disable=SC2086  # none or several words: $DATA_ARGS, $QUIET
-      python train.py experiment=$FT_EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$LOGS" $DATA_ARGS $QUIET \
-        finetune_from="$(best "$LOGS/$run")"
+      python train.py experiment=$FT_EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$log_dir" $DATA_ARGS $QUIET \
+        "${ft_args[@]}" finetune_from="$(best "$LOGS/$run")"
     fi
     archive "$finetuned"
   fi
@@ -285,6 +336,24 @@ mixed() {
   done
 }
 
+native() {  # seed by seed, so that every question has one seed's answer first: NATIVE_SIZES, then the rrc twins
+  local entry listing seeds="" seed pos
+  for entry in $NATIVE_SIZES $NATIVE_RRC_SIZES; do
+    listing=${entry#*:}
+    for seed in ${listing//,/ }; do listed "$seed" "$seeds" || seeds+=${seeds:+,}$seed; done
+  done
+  for seed in ${seeds//,/ }; do
+    for entry in $NATIVE_SIZES; do
+      listed "$seed" "${entry#*:}" || continue
+      for pos in ${NATIVE_SCHEMES//,/ }; do study_run native "$pos" "$seed" "${entry%%:*}"; done
+    done
+    for entry in $NATIVE_RRC_SIZES; do
+      listed "$seed" "${entry#*:}" || continue
+      for pos in ${NATIVE_RRC_SCHEMES//,/ }; do study_run native_rrc "$pos" "$seed" "${entry%%:*}"; done
+    done
+  done
+}
+
 every_run() {  # what `all` trains, in its order
   local seeds=$SEEDS seed
   for seed in ${seeds//,/ }; do    # seed-major: every run has a result before any has three
@@ -294,6 +363,7 @@ every_run() {  # what `all` trains, in its order
   SEEDS=$seeds
   long
   published
+  native    # after the 32 px study: the native study is read against its upsampled transfer
 }
 
 tables() {
@@ -304,9 +374,14 @@ tables() {
     python -m vitpos.compare "$ARCHIVE/$study" out="$RESULTS/$study" \
       $([ "$study" = "$FT_EXPERIMENT" ] || [ -z "$PUBLISHED" ] || echo "reference=$RESULTS/$PUBLISHED")
   done
+  # the native study, its fine-tunes apart as the 32 px study's (the published ablation is at 32 px: no reference)
+  [ ! -d "$ARCHIVE/native/$EXPERIMENT" ] ||
+    python -m vitpos.compare "$ARCHIVE/native/$EXPERIMENT" out="$RESULTS/${NATIVE_TAG}_native"
+  [ ! -d "$ARCHIVE/native/$FT_EXPERIMENT" ] ||
+    python -m vitpos.compare "$ARCHIVE/native/$FT_EXPERIMENT" out="$RESULTS/${NATIVE_TAG}_native_finetune"
 }
 
-if [[ " runs fuzzy mixed long published park all " == *" ${1:-all} "* ]]; then    # the steps that train or park: one at a time per LOGS
+if [[ " runs fuzzy mixed long published native park all " == *" ${1:-all} "* ]]; then    # the steps that train or park: one at a time per LOGS
   mkdir -p "$LOGS"
   exec 9> "$LOGS/.study.lock"
   flock -n 9 || { echo "error: another study.sh is training into $LOGS; wait for it, or give this one another LOGS=" >&2; exit 2; }
@@ -317,6 +392,7 @@ case ${1:-all} in
   mixed) mixed ;;
   long) long ;;
   published) published ;;
+  native) native ;;
   park) park ;;
   tables) tables ;;
   all) every_run

@@ -285,6 +285,55 @@ def test_best_conversions_table_names_each_sizes_best_conversion_and_its_share_o
     assert "| 2d_sin | mixed 32-48-64px | 70.00 (32px) | 63.00 (90%) yarn | 56.00 (80%) yarn |" in table  # n=1, one
 
 
+def test_runs_trained_low_name_each_evaluated_sizes_pixels_and_their_size_and_augmentation():
+    """Train low, infer native: the columns say which sizes are the data's own pixels; runs of two
+    training sizes and an augmentation twin are three variants of each scheme."""
+
+    def run(seed, img_size, augment, at16, at24, at32):
+        suffix = conversion_suffix("interpolate", "none")
+        columns = {f"test_acc@{h}px/{suffix}": acc for h, acc in ((16, at16), (24, at24), (32, at32))}
+        recipe = f"optim=AdamW augment={augment}"
+        return dict(run_row("2d_sin", seed, at16), img_size=img_size, recipe=recipe, native_size="32x32", **columns)
+
+    rows = group_runs(
+        [
+            run(0, 16, "standard", 0.6, 0.59, 0.55),
+            run(1, 16, "standard", 0.62, 0.61, 0.57),
+            run(0, 24, "standard", 0.6, 0.65, 0.64),
+            run(0, 16, "rrc", 0.58, 0.6, 0.61),
+        ]
+    )
+    assert {row["native_size"] for row in rows} == {"32x32"}
+    # a fine-tune of another size and recipe, evaluated at its size only, changes none of the variants
+    rows += group_runs([dict(run_row("2d_sin", 0, 0.7), img_size=32, lr=1e-4, recipe="optim=SGD")])
+    curves = extrapolation_curves(rows)
+    assert [c["variant"] for c in curves["2d_sin"]] == [
+        "exact 16px augment=standard",
+        "exact 24px augment=standard",
+        "exact 16px augment=rrc",
+    ]
+    table = extrapolation_table(curves).splitlines()
+    assert table[0] == "| scheme | trained | conversion | n | 16px downsampled | 24px downsampled | 32px native |"
+    assert "| 2d_sin | exact 16px augment=rrc | interpolate | 1 | 58.00 | 60.00 | 61.00 |" in table
+    best = best_conversions_table(curves).splitlines()
+    assert best[0].endswith("| best at 24px downsampled (% of 1x) | best at 32px native (% of 1x) |")
+    assert (
+        "| 2d_sin | exact 16px augment=rrc | 58.00 (16px) | - | 60.00 (103%) interpolate | 61.00 (105%) interpolate |"
+        in best
+    )
+    figure = extrapolation_figure(curves)
+    (axes,) = [axes for axes in figure.axes if axes.get_visible()]
+    assert [tick.get_text() for tick in axes.get_xticklabels()] == ["16\ndownsampled", "24\ndownsampled", "32\nnative"]
+    # runs that disagree on their data's size, or that did not record it, leave the sizes unlabelled
+    rows[0]["native_size"] = "28x28"
+    assert extrapolation_table(extrapolation_curves(rows)).splitlines()[0].endswith("| 16px | 24px | 32px |")
+    mixed = group_runs([run(0, 16, "standard", 0.6, 0.59, 0.55), dict(run(1, 16, "standard", 0.6, 0.6, 0.6))])
+    assert mixed[0]["native_size"] == "32x32"
+    older = run(1, 16, "standard", 0.6, 0.6, 0.6)
+    del older["native_size"]
+    assert group_runs([run(0, 16, "standard", 0.6, 0.59, 0.55), older])[0]["native_size"] == ""
+
+
 @pytest.fixture
 def three_runs(make_config, tiny_overrides):
     extra = ["trainer.max_steps=4", "trainer.val_check_interval=2", "trainer.log_every_n_steps=1"]
@@ -306,6 +355,7 @@ def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
     assert none["test_acc_mean"] == pytest.approx(statistics.fmean(r["test/acc"] for r in logged), abs=1e-4)
     assert none["val_acc_best_mean"] == pytest.approx(statistics.fmean(r["val/acc_best"] for r in logged), abs=1e-4)
     assert none["data"] == "synthetic" and none["img_size"] == 32 and none["seeds"] == "0 1"
+    assert none["native_size"] == "32x32"  # from results.json: the synthetic set's own size labels the pixels
     with open(tmp_path / "out" / "runs.csv") as f:
         assert len(list(csv.DictReader(f))) == 3
     with open(tmp_path / "out" / "compare.csv") as f:

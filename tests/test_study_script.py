@@ -25,8 +25,9 @@ if [ "$1" = train.py ]; then
   fuzzy=$([ "${arg[pos.fuzzy]:-}" = true ] && echo _fuzzy || true)
   sizes=$(echo "${arg[train_img_sizes]:-}" | tr -d '[]' | tr , -)
   mixed=$([ -n "$sizes" ] && echo "_train${sizes}px" || true)
-  size=$([ -n "${arg[finetune_from]:-}" ] && echo 64px_from_32px || echo 32px)
-  run=${arg[paths.log_dir]}/${arg[experiment]}/${arg[pos]}${fuzzy}_cifar10_${size}${mixed}_seed${arg[seed]}
+  size=${arg[img_size]:-32}px
+  if [[ ${arg[finetune_from]:-} =~ _([0-9]+)px_seed ]]; then size=${arg[img_size]:-64}px_from_${BASH_REMATCH[1]}px; fi
+  run=${arg[paths.log_dir]}/${arg[experiment]}/${arg[run_name]:-${arg[pos]}${fuzzy}_cifar10_${size}${mixed}_seed${arg[seed]}}
   if [ -n "${arg[resume]:-}" ]; then version=$(ls -d "$run"/version_* | tail -n 1); else
     version=$run/version_$(ls -d "$run"/version_* 2> /dev/null | wc -l); fi
   mkdir -p "$version/checkpoints"
@@ -162,13 +163,14 @@ def test_study_refuses_an_unknown_dataset_or_step(tmp_path):
         (
             {},
             "finetune",
-            "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, long, published, park, tables, all, status",
+            "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, long, published, native, park, tables, "
+            "all, status",
         ),
     ):
         env = dict(fake_env(tmp_path), **settings)
         result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, capture_output=True, text=True, env=env)
-        assert result.returncode == 2 and result.stderr.startswith(message)
-        assert not (tmp_path / "calls").exists()
+        assert result.returncode == 2 and result.stderr.startswith(message) and result.stderr.count("\n") == 1
+        assert not (tmp_path / "calls").exists() and not (tmp_path / "logs").exists()
 
 
 def test_a_second_study_on_the_same_logs_is_refused(tmp_path):
@@ -220,6 +222,9 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
         MIXED_SCHEMES="cpe",
         LONG_SCHEMES="none",
         PUBLISHED_SCHEMES="rel_shaw",
+        NATIVE_SCHEMES="cpe",
+        NATIVE_SIZES="16:0 24:0",
+        NATIVE_RRC_SCHEMES="cpb",
     )
     study(tmp_path, dict(env, SCHEMES="none", SEEDS="0"))  # none, seed 0: every step, archived
     parked = tmp_path / "results" / "study_parked" / "cifar10_published" / "rel_shaw_cifar10_32px_seed0"
@@ -229,6 +234,9 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
     study_logs = tmp_path / "logs" / "cifar10_study"
     make_run(study_logs / "2d_sin_cifar10_32px_seed0" / "version_0", "results.json", "checkpoints/best-e9.ckpt")
     make_run(study_logs / "cpe_cifar10_32px_seed0" / "version_0", "checkpoints/last.ckpt")
+    make_run(
+        tmp_path / "logs" / "native" / "cifar10_study" / "cpe_cifar10_24px_seed0" / "version_0", "checkpoints/last.ckpt"
+    )
     result = subprocess.run(["bash", "scripts/study.sh", "status"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "calls").exists()  # reads only
@@ -245,10 +253,14 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
         ("to do", study_run("2d_sin_fuzzy", "", 1)),
         ("to do", "cifar10_cpu/none_cifar10_32px_seed0"),
         ("parked", "cifar10_published/rel_shaw_cifar10_32px_seed0"),
+        # then the native study, seed by seed: each size of NATIVE_SIZES, then the rrc twins
+        ("to do", "native/cifar10_study/cpe_cifar10_16px_seed0"),
+        ("interrupted", "native/cifar10_study/cpe_cifar10_24px_seed0"),
+        ("to do", "native/cifar10_study/cpb_rrc_cifar10_16px_seed0"),
     ]
     assert lines[2].endswith(f"(resumes from its last.ckpt in {tmp_path}/logs)")
     logs = f"{tmp_path}/results/study_logs and {tmp_path}/logs"
-    assert total == f"11 runs in {logs}: 1 done, 1 trained, 1 interrupted, 1 parked, 7 to do"
+    assert total == f"14 runs in {logs}: 1 done, 1 trained, 2 interrupted, 1 parked, 9 to do"
     with open(tmp_path / "logs" / ".study.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study.sh holds it
         result = subprocess.run(
@@ -308,6 +320,9 @@ def settable_variables() -> list[str]:
 
 
 BAD_VALUES = {  # family (how a variable's name ends) -> (a bad value, words of the one error line)
+    "NATIVE_SIZES": [("32:0", "must be <size>:<seeds> words with sizes below the native 32px"),
+                     ("16", "must be <size>:<seeds> words")],
+    "RRC_SIZES": [("16:a", "must be <size>:<seeds> words")],
     "SEEDS": [("-1", "must list seeds 0..4294967295"), ("4294967296", "must list seeds 0..4294967295"),
               ("0,,1", "must list seeds 0..4294967295 separated by commas"), ("a", "must list seeds")],
     "SCHEMES": [("2d_sin,nosuch", "names no scheme 'nosuch'; the schemes are 1d_learned,"),
@@ -349,3 +364,96 @@ def test_a_missing_cifar10_copy_and_an_unknown_step_are_refused_before_anything_
         result = subprocess.run(["bash", "scripts/study.sh", step], cwd=ROOT, env=env, capture_output=True, text=True)
         assert result.returncode == 2 and result.stderr.startswith("error: ") and words in result.stderr
         assert not (tmp_path / "logs").exists()
+
+
+def test_native_runs_train_low_evaluate_up_to_native_pixels_and_fine_tune_seed_0_at_32px(tmp_path):
+    env = fake_env(tmp_path, NATIVE_SCHEMES="2d_sin,cpe", NATIVE_SIZES="16:0,1 24:0", NATIVE_RRC_SCHEMES="cpb")
+    calls = study(tmp_path, env, "native")
+    logs, native = tmp_path / "logs", tmp_path / "logs" / "native"
+    run = "cifar10_study/2d_sin_cifar10_16px_seed0"
+    best = f"{native}/{run}/version_0/checkpoints/best-epoch1-step9.ckpt"
+    assert calls[:3] == [
+        f"train.py experiment=cifar10_study pos=2d_sin seed=0 paths.log_dir={native} {QUIET} img_size=16",
+        f"-m vitpos.evaluate ckpt={best} img_sizes=[16,24,32] resize_mode=all limit=2000 "
+        f"out={native}/{run}/version_0/transfer_native",  # every conversion, without and with log temperature
+        f"train.py experiment=cifar10_finetune pos=2d_sin seed=0 paths.log_dir={native} {QUIET} img_size=32 "
+        f"finetune_from={best}",
+    ]
+    trained = [  # scheme, seed and what follows the recipe's shared arguments
+        (c.split(" pos=")[1].split()[0] + " seed=" + c.split(" seed=")[1].split()[0], c.split(f"{QUIET} ")[1])
+        for c in calls
+        if c.startswith("train.py")
+    ]
+    assert trained == [  # seed by seed: each size, then the twins
+        ("2d_sin seed=0", "img_size=16"),
+        ("2d_sin seed=0", f"img_size=32 finetune_from={best}"),
+        ("cpe seed=0", "img_size=16"),
+        ("cpe seed=0", f"img_size=32 finetune_from={best.replace('2d_sin', 'cpe')}"),
+        ("2d_sin seed=0", "img_size=24"),
+        ("2d_sin seed=0", f"img_size=32 finetune_from={best.replace('16px', '24px')}"),
+        ("cpe seed=0", "img_size=24"),
+        ("cpe seed=0", f"img_size=32 finetune_from={best.replace('2d_sin', 'cpe').replace('16px', '24px')}"),
+        ("cpb seed=0", "img_size=16 data.augment=rrc run_name=cpb_rrc_cifar10_16px_seed0"),  # no fine-tune
+        ("2d_sin seed=1", "img_size=16"),  # seed 1: no fine-tune
+        ("cpe seed=1", "img_size=16"),
+    ]
+    evaluated = [c for c in calls if c.startswith("-m vitpos.evaluate")]
+    assert len(evaluated) == 7 and all("img_sizes=[16,24,32] resize_mode=all" in c for c in evaluated)
+    archive = tmp_path / "results" / "study_logs"
+    assert sorted(p.name for p in archive.iterdir()) == ["native"]  # the 32 px study's folders hold only its runs
+    assert sorted(str(p.relative_to(archive / "native")) for p in (archive / "native").glob("*/*")) == [
+        "cifar10_finetune/2d_sin_cifar10_32px_from_16px_seed0",
+        "cifar10_finetune/2d_sin_cifar10_32px_from_24px_seed0",
+        "cifar10_finetune/cpe_cifar10_32px_from_16px_seed0",
+        "cifar10_finetune/cpe_cifar10_32px_from_24px_seed0",
+        "cifar10_study/2d_sin_cifar10_16px_seed0",
+        "cifar10_study/2d_sin_cifar10_16px_seed1",
+        "cifar10_study/2d_sin_cifar10_24px_seed0",
+        "cifar10_study/cpb_rrc_cifar10_16px_seed0",
+        "cifar10_study/cpe_cifar10_16px_seed0",
+        "cifar10_study/cpe_cifar10_16px_seed1",
+        "cifar10_study/cpe_cifar10_24px_seed0",
+    ]
+    assert (archive / "native" / run / "version_0" / "transfer_native" / "resolution.csv").is_file()
+    assert not list(archive.rglob("*.ckpt"))
+    assert study(tmp_path, env, "native") == calls  # all done
+    shutil.rmtree(logs)  # another machine: the archive says it is done
+    assert study(tmp_path, env, "native") == calls
+
+
+def test_an_interrupted_native_run_is_parked_and_resumed_on_another_machine(tmp_path):
+    env = fake_env(tmp_path, NATIVE_SCHEMES="rope_mixed", NATIVE_SIZES="24:0", NATIVE_RRC_SCHEMES="")
+    run = "native/cifar10_study/rope_mixed_cifar10_24px_seed0"
+    logs, parked = tmp_path / "logs", tmp_path / "results" / "study_parked"
+    make_run(logs / run / "version_0", "checkpoints/last.ckpt", "checkpoints/best-epoch3-step9.ckpt")
+    study(tmp_path, env, "park")
+    assert (parked / run / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    shutil.rmtree(logs)
+    calls = study(tmp_path, env, "native")
+    assert calls[0] == (
+        f"train.py experiment=cifar10_study pos=rope_mixed seed=0 paths.log_dir={logs}/native {QUIET} img_size=24 "
+        "resume=true"
+    )
+    assert [c.split()[0] for c in calls] == ["train.py", "-m", "train.py"]  # then evaluated and fine-tuned
+    assert not (parked / run).exists()
+    assert (tmp_path / "results" / "study_logs" / run / "version_0" / "results.json").is_file()
+
+
+def test_native_schemes_default_to_every_scheme_of_configs_pos(tmp_path):
+    env = fake_env(tmp_path, SCHEMES="none", SEEDS="0", NATIVE_SIZES="16:0", NATIVE_RRC_SCHEMES="")
+    result = subprocess.run(["bash", "scripts/study.sh", "status"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    native = [line.split()[-1] for line in result.stdout.splitlines() if " native/" in line]
+    schemes = sorted(p.stem for p in (ROOT / "configs" / "pos").glob("*.yaml"))
+    assert native == [f"native/cifar10_study/{pos}_cifar10_16px_seed0" for pos in schemes] and len(schemes) >= 14
+
+
+def test_tables_write_the_native_study_apart_from_the_32px_study(tmp_path):
+    env = fake_env(tmp_path, NATIVE_SCHEMES="cpb", NATIVE_SIZES="16:0", NATIVE_RRC_SCHEMES="cpb")
+    study(tmp_path, env, "native")
+    results = tmp_path / "results"
+    calls = [c for c in study(tmp_path, env, "tables") if "vitpos.compare" in c]
+    assert calls == [
+        f"-m vitpos.compare {results}/study_logs/native/cifar10_study out={results}/cifar10_native",
+        f"-m vitpos.compare {results}/study_logs/native/cifar10_finetune out={results}/cifar10_native_finetune",
+    ]

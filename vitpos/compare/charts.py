@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..plots import pyplot
-from .grouping import curve_order, training_setting
+from .grouping import curve_order, pixels_at, training_setting
 
 
 def accuracy_chart(rows: list[dict], path: Path) -> None:
@@ -144,9 +144,12 @@ def _scheme_panels(count: int, panel_width: float, panel_height: float, above: f
 
 
 def _size_axes(axes, title: str, curves: list[dict]) -> None:
-    """A panel of accuracy against evaluation size: its title, the sizes of `curves` as ticks, a grid."""
+    """A panel of accuracy against evaluation size: its title, the sizes of `curves` as ticks (each with its
+    pixels, e.g. `32 native`, where the curves name their data's size), a grid."""
     axes.set_title(title, fontsize=10)
-    axes.set_xticks(sorted({h for c in curves for h in c["heights"]}))
+    heights = sorted({h for c in curves for h in c["heights"]})
+    pixels = [pixels_at(h, curves) for h in heights]
+    axes.set_xticks(heights, [f"{h}\n{p}" for h, p in zip(heights, pixels)] if any(pixels) else None)
     axes.set_xlabel("evaluation size (px)")
     axes.grid(alpha=0.3)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+from ..data import pixels_label
 from ..runs import FUZZY_SUFFIX, parse_conversion_suffix
 from .logs import TRANSFER_PREFIX, parse_transfer_column
 
@@ -37,13 +38,17 @@ def latest_per_seed(runs: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 def group_runs(rows: list[dict]) -> list[dict]:
-    """Runs equal in every GROUP_BY key -> one row: n, seeds, `<acc>_mean` and `<acc>_std`
-    (sample std, n - 1; blank for n = 1) of every accuracy column, mean speed and time."""
+    """Runs equal in every GROUP_BY key -> one row: n, seeds, the data's `native_size` where the runs
+    recorded one, `<acc>_mean` and `<acc>_std` (sample std, n - 1; blank for n = 1) of every accuracy
+    column, mean speed and time."""
     grouped = []
     for members in groups_of(rows):
         out = {k: members[0][k] for k in GROUP_BY}
         out["n"] = len(members)
         out["seeds"] = " ".join(str(s) for s in sorted(m["seed"] for m in members))
+        native = {m.get("native_size", "") for m in members}
+        if native != {""}:  # "" where its runs disagree
+            out["native_size"] = native.pop() if len(native) == 1 else ""
         for column in accuracy_columns(members):
             values = [m[column] for m in members if m.get(column, "") != ""]
             out[f"{column}_mean"] = round(statistics.fmean(values), 4) if values else ""
@@ -75,9 +80,17 @@ def lrs_differ(rows: list[dict]) -> bool:
 def mark_differences(rows: list[dict]) -> None:
     """Set each row's `differs`: its lr (when the rows' lrs differ) and recipe words that tell it
     apart from the other rows, for the charts' labels and the CSV files ("" when nothing does)."""
+    for row, differs in zip(rows, differences(rows)):
+        row["differs"] = differs
+
+
+def differences(rows: list[dict]) -> list[str]:
+    """Each row's lr (when the rows' lrs differ) and the recipe words that tell it apart from the other rows."""
     show_lr = lrs_differ(rows)
-    for row, recipe in zip(rows, recipe_differences(rows)):
-        row["differs"] = " ".join([*([f"lr={row['lr']}"] if show_lr else []), *recipe])
+    return [
+        " ".join([*([f"lr={row['lr']}"] if show_lr else []), *recipe])
+        for row, recipe in zip(rows, recipe_differences(rows))
+    ]
 
 
 def training_setting(row: dict) -> list[str]:
@@ -174,10 +187,20 @@ def is_extrapolation_grid(label: str) -> bool:
     return parse_conversion_suffix(label)[1] is not None
 
 
+def pixels_at(height: int, curves: list[dict]) -> str:
+    """What the images at `height` were to the curves' data: `native`, `downsampled` or `upsampled`
+    (`data.pixels_label`); "" unless every curve names the same `native_size` (runs saved before
+    results.json recorded it, or data sets of different sizes)."""
+    native = {c.get("native_size", "") for c in curves}
+    if len(native) != 1 or "" in native:
+        return ""
+    return pixels_label(height, [int(side) for side in native.pop().split("x")])
+
+
 def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows -> {scheme: [curve]}, a curve per group and resize mode evaluated at >= 2 sizes:
     `label`, `setting` (how it was trained), `mode` ("" for the scheme's default), `heights`, `means`,
-    `stds` (n = 1: stds of 0)."""
+    `stds` (n = 1: stds of 0), `native_size` (the data's, "" where unknown: `pixels_at`)."""
     curves: dict[str, list[dict]] = {}
     for row in rows:
         for mode, points in transfer_points(row).items():
@@ -193,6 +216,7 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
                     heights=list(heights),
                     means=list(means),
                     stds=list(stds),
+                    native_size=row.get("native_size", ""),
                 )
             )
     return curves
@@ -201,19 +225,25 @@ def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
 def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows of runs evaluated with an asked-for temperature (`attn_temperature=`,
     `resize_mode=all`) -> {scheme: [curve]}: one curve per training `variant` (`exact`, `fuzzy`,
-    `mixed <sizes>`, `curriculum <tag>`) and conversion (`mode`: a resize mode or "" for the scheme's
-    only rule; `temperature`: none or log; `images`: the subset evaluated, None for the whole split)
-    with its `heights`, `means`, `stds`, `n` and `train_height` (the run's `img_size`: 1x); {} when
-    no run has such an evaluation. Fuzzy-trained twins are filed under their scheme."""
+    `mixed <sizes>`, `curriculum <tag>`; then, among the rows with such evaluations, the training size
+    where their sizes differ and the `differences` of lr and recipe, e.g. `exact 16px augment=rrc`) and conversion
+    (`mode`: a resize mode or "" for the scheme's only rule; `temperature`: none or log; `images`:
+    the subset evaluated, None for the whole split) with its `heights`, `means`, `stds`, `n`,
+    `train_height` (the run's `img_size`: 1x) and `native_size` (`pixels_at`); {} when no run has
+    such an evaluation. Fuzzy-trained twins are filed under their scheme."""
     curves: dict[str, list[dict]] = {}
-    for row in rows:
-        points = {  # (mode, temperature, images) -> points of the extrapolation grid's evaluations
+    graded = {  # id(row) -> (mode, temperature, images) -> points of the extrapolation grid's evaluations
+        id(row): {
             parse_conversion_suffix(label): label_points
             for label, label_points in transfer_points(row).items()
             if is_extrapolation_grid(label)
         }
-        if not points:
-            continue
+        for row in rows
+    }
+    rows = [row for row in rows if graded[id(row)]]
+    sizes_differ = len({str(row["img_size"]) for row in rows}) > 1
+    for row, differs in zip(rows, differences(rows)):
+        points = graded[id(row)]
         scheme = row["pos"].removesuffix(FUZZY_SUFFIX)
         variant = (
             "fuzzy"
@@ -224,6 +254,8 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
             if row["curriculum"] != "-"
             else "exact"
         )
+        size = f"{row['img_size']}px" if sizes_differ else ""
+        variant = " ".join(filter(None, [variant, size, differs]))
         for (mode, temperature, images), mode_points in sorted(
             points.items(), key=lambda item: (item[0][0], item[0][1] or "", item[0][2] or 0)
         ):
@@ -239,6 +271,7 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
                     means=list(means),
                     stds=list(stds),
                     n=row["n"],
+                    native_size=row.get("native_size", ""),
                 )
             )
     return curves

@@ -82,7 +82,8 @@ def by_step(scalars: dict[str, list[tuple]]) -> dict[str, dict[int, tuple[float,
 
 def summarize(run: Path, root: Path) -> dict:
     """One row per run: its settings (the group key), seed and size, accuracies (per epoch with their
-    minutes, and in the end), speed and time, then its transfer accuracies."""
+    minutes, and in the end), speed and time, the data's own size where results.json records it
+    (`native_size`, which labels each evaluated size's pixels), then its transfer accuracies."""
     config = yaml.safe_load((run / "config.yaml").read_text())
     hparams_file = run / "hparams.yaml"
     hparams = yaml.safe_load(hparams_file.read_text()) if hparams_file.is_file() else {}
@@ -96,6 +97,8 @@ def summarize(run: Path, root: Path) -> dict:
         **run_record(run, results, series),
         run=str(run.relative_to(root)) if run != root else run.name,
     )
+    if results.get("native_size"):  # runs saved before it was recorded: no label
+        row["native_size"] = "x".join(map(str, results["native_size"]))  # (H, W) -> 32x32
     for tag in sorted(t for t in series if t.startswith(RESOLUTION_TAG)):
         mode = tag.removeprefix(RESOLUTION_TAG).removeprefix("_")
         for height, (acc, _) in series[tag].items():  # step = height

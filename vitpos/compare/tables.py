@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import markdown
 from ..runs import FUZZY_SUFFIX
-from .grouping import curve_order, lrs_differ, recipe_differences
+from .grouping import curve_order, lrs_differ, pixels_at, recipe_differences
 
 
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
@@ -152,7 +152,8 @@ def _conversion_name(curve: dict) -> str:
 
 def extrapolation_table(curves: dict[str, list[dict]]) -> str:
     """Markdown: one row per scheme, training variant and conversion, one column per size (mean ± std
-    over seeds, n), the best of each scheme at each size in bold."""
+    over seeds, n; its head names the pixels, e.g. `32px native`, where the runs recorded their data's
+    size), the best of each scheme at each size in bold."""
     heights = sorted({h for scheme_curves in curves.values() for c in scheme_curves for h in c["heights"]})
     body = []
     for scheme, scheme_curves in sorted(curves.items()):
@@ -169,7 +170,7 @@ def extrapolation_table(curves: dict[str, list[dict]]) -> str:
                 cell = _accuracy_at(curve, h)
                 cells.append(f"**{cell}**" if curve["means"][curve["heights"].index(h)] == best[h] else cell)
             body.append([scheme, curve["variant"], _conversion_name(curve), curve["n"], *cells])
-    header = ["scheme", "trained", "conversion", "n", *(f"{h}px" for h in heights)]
+    header = ["scheme", "trained", "conversion", "n", *(size_header(h, every_curve(curves)) for h in heights)]
     return markdown.table(header, body, align="lllr" + "r" * len(heights))
 
 
@@ -177,15 +178,24 @@ def best_conversions_table(curves: dict[str, list[dict]]) -> str:
     """Markdown: one row per scheme and training variant, its accuracy at the training size (1x) and,
     at each other size, its best conversion: the mean over seeds (± std), that mean as a share of 1x,
     and its lead over the runner-up conversion."""
-    every = [c for scheme_curves in curves.values() for c in scheme_curves]
+    every = every_curve(curves)
     heights = sorted({h for c in every for h in c["heights"] if any(h != d["train_height"] for d in every)})
     body = []
     for scheme, scheme_curves in sorted(curves.items()):
         for variant in sorted({c["variant"] for c in scheme_curves}):
             variant_curves = [c for c in scheme_curves if c["variant"] == variant]
             body.append([scheme, variant, *_best_conversions(variant_curves, heights)])
-    header = ["scheme", "trained", "1x", *(f"best at {h}px (% of 1x)" for h in heights)]
+    header = ["scheme", "trained", "1x", *(f"best at {size_header(h, every)} (% of 1x)" for h in heights)]
     return markdown.table(header, body, align="llr")
+
+
+def every_curve(curves: dict[str, list[dict]]) -> list[dict]:
+    return [c for scheme_curves in curves.values() for c in scheme_curves]
+
+
+def size_header(height: int, curves: list[dict]) -> str:
+    """`32px`, or `32px native` / `48px upsampled` where the curves name their data's size (`pixels_at`)."""
+    return " ".join(filter(None, [f"{height}px", pixels_at(height, curves)]))
 
 
 def _best_conversions(curves: list[dict], heights: list[int]) -> list[str]:
