@@ -434,6 +434,9 @@ def test_the_recipe_names_the_optimizer_schedule_and_loss_and_tells_their_settin
     assert words[0] == "optim=AdamW" and "schedule=warmup_cosine_schedule" in words and "label_smoothing=0.1" in words
     smoother = dict(today, loss=dict(today["loss"], label_smoothing=0.2))
     assert training_recipe(smoother) != training_recipe(today)
+    averaged = dict(today, ema_decay=0.999, test_flip=True)  # never averaged with a run evaluated otherwise
+    assert training_recipe(averaged).split()[-2:] == ["ema_decay=0.999", "test_flip=True"]
+    assert not any(w.startswith(("ema_", "test_flip")) for w in words)
 
 
 def test_a_run_logged_with_logger_csv_is_compared_from_its_metrics_csv(make_config, tiny_overrides, tmp_path):
