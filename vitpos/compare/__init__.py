@@ -5,7 +5,8 @@
     (the folder may also be given as logdir=logs/)
 
 Runs that differ only by `seed` form one group (the same scheme, data, size or curriculum, model, lr, batch,
-budget and recipe: optimizer, schedule, loss and augmentation settings); a seed run twice counts
+budget and recipe: optimizer, schedule, loss and augmentation settings, weight EMA and test-time flip);
+a seed run twice counts
 once, its latest run. Each group is one row with the number of runs `n` and the mean +- sample
 standard deviation of every accuracy: best and final validation, test, and the resolution-transfer
 accuracies that `vitpos.evaluate` logged into the run (`test_acc@42px`, `test_acc@42px/interpolate`,
