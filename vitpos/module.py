@@ -196,8 +196,7 @@ class ImageClassifier(L.LightningModule):
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])  # the run's config.yaml keeps them
         self.model = compiled(create_model(**model), compile)
         num_classes = self.model.config["num_classes"]
-        # a submodule, so its weights are in every checkpoint (`ema.module.*`) and restored on resume
-        self.ema = ModelEmaV3(self.model, decay=ema_decay, use_warmup=ema_warmup) if ema_decay is not None else None
+        self.ema: ModelEmaV3 | None = None  # with ema_decay: made in configure_model
         # soft targets (mixed and smoothed) for training; evaluation keeps the hard-label loss
         self.mixup = (
             Mixup(
@@ -220,6 +219,14 @@ class ImageClassifier(L.LightningModule):
         # a resumed run's earlier parts, up to the checkpoint it resumes from: fit seconds, images (this rank)
         self.resumed_fit_seconds, self.resumed_images = 0.0, 0
         self._fit_started = time.perf_counter()
+
+    def configure_model(self) -> None:
+        """The weight EMA, a submodule, so its weights are in every checkpoint (`ema.module.*`) and
+        restored on resume. Made here, in the process that trains, before a checkpoint is loaded:
+        timm's private RNG generator cannot be pickled into a `ddp_spawn` process."""
+        if self.hparams.ema_decay is not None and self.ema is None:
+            self.ema = ModelEmaV3(self.model, decay=self.hparams.ema_decay, use_warmup=self.hparams.ema_warmup)
+            self.ema.requires_grad_(False)  # a copy of trained parameters: DDP would wait for their gradients
 
     def setup(self, stage: str) -> None:
         """Count the training FLOPs of one batch, so Lightning's ThroughputMonitor logs FLOP/s and,
