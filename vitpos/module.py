@@ -227,6 +227,7 @@ class ImageClassifier(L.LightningModule):
         if self.hparams.ema_decay is not None and self.ema is None:
             self.ema = ModelEmaV3(self.model, decay=self.hparams.ema_decay, use_warmup=self.hparams.ema_warmup)
             self.ema.requires_grad_(False)  # a copy of trained parameters: DDP would wait for their gradients
+            self.ema.train(self.training)  # in the module's mode, as Lightning expects (eval in validation and test)
 
     def setup(self, stage: str) -> None:
         """Count the training FLOPs of one batch, so Lightning's ThroughputMonitor logs FLOP/s and,
