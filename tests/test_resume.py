@@ -317,6 +317,7 @@ def test_resume_with_another_model_is_refused(uninterrupted, change):
         ("optim.lr=0.5", "optim.lr: 0.001 -> 0.5"),
         ("loss.label_smoothing=0", "loss.label_smoothing: 0.1 -> 0"),
         ("curriculum=[[16,0.5],[32,0.5]]", "curriculum: None -> [[16, 0.5], [32, 0.5]]"),
+        ("ema_decay=0.999", "ema_decay: None -> 0.999"),  # the checkpoint holds no EMA to continue
     ],
 )
 def test_resume_with_other_training_settings_is_refused(uninterrupted, change, difference):
