@@ -92,13 +92,14 @@ def test_an_option_the_mode_ignores_is_refused(tool, key, make_config, tiny_over
     assert re.fullmatch(rf"error: {key}=.* only matters with {option.needs}=\.\.\.; set {option.needs}, .*", line)
 
 
-def test_the_finetune_and_curriculum_pairs_are_declared():
+def test_the_mode_pairs_are_declared():
     """The pairs found by reading the code: each is refused without its mode."""
     assert {(key, option.needs) for key, option in TRAIN_OPTIONS.items() if option.needs} == {
         ("resize_mode", "finetune_from"),
         ("attn_temperature", "finetune_from"),
         ("curriculum_batch", "curriculum"),
         ("batch_by_tokens", "train_img_sizes"),
+        ("ema_warmup", "ema_decay"),
     }
     assert ("overwrite", "out") in {(key, option.needs) for key, option in evaluate.OPTIONS.items() if option.needs}
 
@@ -106,6 +107,7 @@ def test_the_finetune_and_curriculum_pairs_are_declared():
 CHECKED_ELSEWHERE = {  # train.yaml keys checked by their own code (tests/test_bad_inputs.py), or free text
     "img_size", "train_img_sizes", "curriculum", "checkpoint_every_n_steps", "check_finite_every",
     "experiment", "run_name", "resume", "finetune_from", "finetune_recipe", "loss", "paths",
+    "ema_decay", "test_flip",  # ImageClassifier's check_evaluation_settings (tests/test_ema_flip.py)
 }  # fmt: skip
 
 

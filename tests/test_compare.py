@@ -30,7 +30,9 @@ from vitpos.compare import (
     mark_differences,
     markdown_table,
     minutes_curves,
+    minutes_to_reach,
     ranking_table,
+    reach_table,
     read_reference,
     run_folders,
     summarize,
@@ -38,6 +40,7 @@ from vitpos.compare import (
     transfer_curves,
 )
 from vitpos.config import compose_train_config
+from vitpos.errors import ConfigError
 from vitpos.runs import RESULTS_FILE, conversion_suffix, parse_conversion_suffix, training_recipe
 from vitpos.train import train
 
@@ -484,6 +487,9 @@ def test_the_recipe_names_the_optimizer_schedule_and_loss_and_tells_their_settin
     assert words[0] == "optim=AdamW" and "schedule=warmup_cosine_schedule" in words and "label_smoothing=0.1" in words
     smoother = dict(today, loss=dict(today["loss"], label_smoothing=0.2))
     assert training_recipe(smoother) != training_recipe(today)
+    averaged = dict(today, ema_decay=0.999, test_flip=True)  # never averaged with a run evaluated otherwise
+    assert training_recipe(averaged).split()[-2:] == ["ema_decay=0.999", "test_flip=True"]
+    assert not any(w.startswith(("ema_", "test_flip")) for w in words)
 
 
 def test_a_run_logged_with_logger_csv_is_compared_from_its_metrics_csv(make_config, tiny_overrides, tmp_path):
@@ -702,8 +708,17 @@ def test_accuracy_against_minutes_is_drawn_at_the_times_of_the_logged_events(mak
     assert validation["means"] == pytest.approx([0.605, 0.705, 0.805]) and validation["label"].endswith("(n=2)")
     assert test["split"] == "test" and test["minutes"] == pytest.approx([6.5], abs=0.01)
     assert test["means"] == pytest.approx([0.805]) and test["stds"] == pytest.approx([0.00707], abs=1e-4)
-    compare(tmp_path / "logs", out=tmp_path / "out")
+    compare(tmp_path / "logs", out=tmp_path / "out", reach=75)
     assert (tmp_path / "out" / "accuracy_vs_minutes.png").stat().st_size > 0
+    # minutes to 75%: each seed at its 3rd validation, 5 and 7 minutes after its start
+    (reached,) = minutes_to_reach(runs, 0.75)
+    assert (reached["n"], reached["reached"]) == (2, 2) and reached["minutes_mean"] == pytest.approx(6.0, abs=0.01)
+    assert reached["minutes_std"] == pytest.approx(1.414, abs=1e-2)
+    assert "| 2 of 2 | 6.0 ± 1.4 |" in (tmp_path / "out" / "minutes_to_reach.md").read_text()
+    (unreached,) = minutes_to_reach(runs, 0.9)
+    assert unreached["reached"] == 0 and "not reached" in reach_table([unreached], 90)
+    with pytest.raises(ConfigError, match="reach=120 must be"):
+        compare(tmp_path / "logs", out=tmp_path / "out", reach=120)
     # a run without event files (logger=csv) has no times: no curve
     untimed = [dict(run, val_minutes_by_epoch="", test_minutes_by_epoch="") for run in runs]
     assert minutes_curves(untimed) == []

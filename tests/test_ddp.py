@@ -51,11 +51,15 @@ CURRICULUM = [
 ]
 
 
+# a weight EMA per rank (the ranks' weights are equal, so are their averages) and flip-averaged validation
+EMA_AND_FLIP = ["ema_decay=0.9", "test_flip=true"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "pos, schedule",
-    [("1d_learned", []), ("rel_bias", []), ("rel_bias", CURRICULUM)],
-    ids=["1d_learned", "rel_bias", "rel_bias-curriculum"],
+    [("1d_learned", []), ("rel_bias", []), ("rel_bias", CURRICULUM), ("rel_bias", EMA_AND_FLIP)],
+    ids=["1d_learned", "rel_bias", "rel_bias-curriculum", "rel_bias-ema-flip"],
 )
 def test_two_processes_equal_one_with_twice_the_batch(pos, schedule, make_config):
     single = train(make_config([*BASE, f"pos={pos}", "data.batch_size=64", "run_name=single", *schedule]))

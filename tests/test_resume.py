@@ -266,6 +266,29 @@ def test_fuzzy_positions_resume_bit_identically(tmp_path):
     assert not torch.equal(exact_weights["model.pos.freqs"], full_weights["model.pos.freqs"])
 
 
+def test_weight_ema_resumes_bit_identically(tmp_path):
+    """The EMA's weights are in the checkpoint and its warm-up counts steps from the restored global
+    step: a resumed run ends with the uninterrupted run's EMA (and model) weights."""
+    ema = ["ema_decay=0.99", "ema_warmup=true"]
+    full = train_py(tmp_path, "run_name=ema_full", *ema)
+    assert full.returncode == 0, full.stderr[-2000:]
+    first = train_py(
+        tmp_path,
+        "run_name=ema_cut",
+        *ema,
+        "+callbacks.stop._target_=interrupt.InterruptAtStep",
+        "+callbacks.stop.step=6",
+    )
+    assert first.returncode == EXIT_PREEMPTED, first.stderr[-2000:]
+    second = train_py(tmp_path, "run_name=ema_cut", "resume=true", *ema)
+    assert second.returncode == 0, second.stderr[-2000:]
+    (_, full_weights), (step, resumed_weights) = final_state(tmp_path, "ema_full"), final_state(tmp_path, "ema_cut")
+    averaged = [k for k in full_weights if k.startswith("ema.module.")]
+    assert step == 12 and averaged and full_weights.keys() == resumed_weights.keys()
+    assert all(torch.equal(full_weights[k], resumed_weights[k]) for k in full_weights)
+    assert not torch.equal(full_weights["model.head.weight"], full_weights["ema.module.head.weight"])
+
+
 @pytest.mark.slow
 def test_fresh_run_never_resumes_and_resume_needs_a_checkpoint(uninterrupted):
     cwd = uninterrupted[0]
@@ -294,6 +317,7 @@ def test_resume_with_another_model_is_refused(uninterrupted, change):
         ("optim.lr=0.5", "optim.lr: 0.001 -> 0.5"),
         ("loss.label_smoothing=0", "loss.label_smoothing: 0.1 -> 0"),
         ("curriculum=[[16,0.5],[32,0.5]]", "curriculum: None -> [[16, 0.5], [32, 0.5]]"),
+        ("ema_decay=0.999", "ema_decay: None -> 0.999"),  # the checkpoint holds no EMA to continue
     ],
 )
 def test_resume_with_other_training_settings_is_refused(uninterrupted, change, difference):

@@ -91,6 +91,9 @@ def build_module(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[ImageCla
         optimizer=instantiate(cfg.optim, _convert_="all"),
         scheduler=instantiate(cfg.scheduler, _convert_="all"),
         check_finite_every=cfg.check_finite_every,
+        ema_decay=cfg.get("ema_decay"),
+        ema_warmup=cfg.get("ema_warmup", False),
+        test_flip=cfg.get("test_flip", False),
         **cfg.loss,
     )
     if not cfg.finetune_from:

@@ -28,7 +28,8 @@ batch_size, data (a configs/data name, instead of the checkpoint's own data conf
 (the folder data sets are found and cached in, as train.py's paths.data_dir; a data.root the
 checkpoint records comes first), out (default: a new folder logs/evaluate/<date>_<time>, under
 $VITPOS_LOG_DIR in place of logs where it is set; an out= that holds an earlier evaluation's tables
-is refused), overwrite (true: replace the tables in out=), device.
+is refused), overwrite (true: replace the tables in out=), device, test_flip (true: average each image's
+logits with its mirror's, as training's test_flip).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from .pos import get_pos_class
 from .precision import bf16_supported, chosen_device
 from .resize import model_from_checkpoint, read_checkpoint
 from .runs import RESULTS_FILE, conversion_suffix, find_checkpoints, run_dir, run_label, size_tag
+from .tta import predict
 
 BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
 ALL = "all"  # resize_mode=all: every conversion, each evaluated on the split
@@ -90,7 +92,7 @@ def split_subset(datamodule, split: str, limit: int | None) -> torch.Tensor | No
     return subset_mask(split_size(datamodule, split), limit)
 
 
-def accuracy(model, datamodule, split: str, device: torch.device, mask: torch.Tensor | None, doing: str = "") -> float:
+def accuracy(model, datamodule, split: str, device, mask: torch.Tensor | None, doing: str = "", flip=False) -> float:
     """Top-1 accuracy of `model` on a split of `datamodule` at its current `img_size` (on the images
     `mask` keeps, see `split_subset`; None: all). `doing` (which checkpoint, size and conversion) goes
     to stderr first, then a bar over the batches where stderr is a terminal."""
@@ -112,7 +114,7 @@ def accuracy(model, datamodule, split: str, device: torch.device, mask: torch.Te
                     continue
                 images, labels = images[keep.to(images.device)], labels[keep.to(labels.device)]
             images = datamodule.preprocess(images.to(device), train=False)
-            metric.update(model(images).float(), labels.to(device))
+            metric.update(predict(model, images, flip).float(), labels.to(device))
     return float(metric.compute())
 
 
@@ -138,13 +140,14 @@ def evaluate(
     out=None,
     overwrite=False,
     device="auto",
+    test_flip=False,
 ) -> list[dict]:
     """Evaluate each checkpoint at each size; write the table, CSV and plot; return the rows."""
     check_options(dict(split=split, limit=limit, overwrite=overwrite, out=out), OPTIONS)
     out, fresh = output_folder(out, overwrite)
     if attn_temperature is not None:
         check_attn_temperature(attn_temperature)
-    request = Request(resize_mode, attn_temperature, split, limit, chosen_device(device))
+    request = Request(resize_mode, attn_temperature, split, limit, chosen_device(device), test_flip)
     if not isinstance(img_sizes, (list, tuple)) or not img_sizes:
         raise ConfigError(f"img_sizes={img_sizes!r} must be a list of sizes, e.g. img_sizes=[32,48,64]")
     sizes = [image_size(size) for size in img_sizes]
@@ -179,6 +182,7 @@ class Request:
     split: str
     limit: int | None
     device: torch.device
+    test_flip: bool
 
 
 def checkpoint_datamodule(checkpoint: dict, path: Path, data, batch_size: int, data_dir):
@@ -202,7 +206,8 @@ def evaluate_at_size(
     def row(conversion: tuple, forced, note: str = "", doing: str = doing) -> dict:
         model = model_from_checkpoint(checkpoint, size, *conversion).to(request.device)  # the file is read once
         split, device, limit = request.split, request.device, request.limit
-        return evaluate_one(model, path, trained, datamodule, split, device, limit, writer, forced, note, doing)
+        args = (model, path, trained, datamodule, split, device, limit, writer, forced, note, doing)
+        return evaluate_one(*args, flip=request.test_flip)
 
     if request.resize_mode == ALL:
         return [
@@ -231,6 +236,7 @@ def choose_conversion(checkpoint: dict, datamodule, size, candidates: list[tuple
             request.device,
             val_mask,
             doing=f"{doing}choosing: {conversion_label(*conversion)} ({index}/{len(candidates)}), ",
+            flip=request.test_flip,
         )
         for index, conversion in enumerate(candidates, 1)
     }
@@ -278,14 +284,14 @@ def percent(fraction: float) -> str:
 
 
 def evaluate_one(
-    model, path: Path, trained: dict, datamodule, split, device, limit, writer, forced, note="", doing=""
+    model, path: Path, trained: dict, datamodule, split, device, limit, writer, forced, note="", doing="", flip=False
 ) -> dict:
     """One converted model (of checkpoint `path`, trained with model arguments `trained`) on `split`:
     its row of resolution.csv, printed, and its accuracy logged into the run; a conversion the user
     forced (`forced`: the resize_mode and attn_temperature asked for) and a subset (`limit`) get their
     own tag, so every conversion of one checkpoint stays readable (`runs.conversion_suffix`)."""
     mask = split_subset(datamodule, split, limit)
-    acc = accuracy(model, datamodule, split, device, mask, doing=doing)
+    acc = accuracy(model, datamodule, split, device, mask, doing=doing, flip=flip)
     size = model.config["img_size"]
     row = dict(
         run=run_label(path),

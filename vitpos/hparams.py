@@ -34,6 +34,8 @@ def hparams_row(cfg: DictConfig, module: ImageClassifier, datamodule: ImageDataM
         "train_sizes": sizes_tag(cfg.train_img_sizes) if cfg.get("train_img_sizes") else "-",
         "curriculum": curriculum_tag(cfg),
         "lr": cfg.optim.lr,
+        "ema_decay": str(cfg.ema_decay) if cfg.get("ema_decay") is not None else "-",
+        "test_flip": str(bool(cfg.get("test_flip"))).lower(),
         "model": f"d{model['dim']}xL{model['depth']}xH{model['num_heads']}/p{model['patch_size']}",
     }
 

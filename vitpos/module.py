@@ -15,12 +15,14 @@ import torch.nn.functional as F
 from lightning.fabric.utilities.throughput import measure_flops
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
+from timm.utils import ModelEmaV3
 from torch import Tensor
 from torchmetrics import MaxMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from .errors import ConfigError, NonFiniteLossError, check_setting, is_integer, is_number
 from .model import create_model, image_size
+from .tta import predict
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
@@ -107,6 +109,18 @@ def check_loss_settings(label_smoothing, mixup_alpha, cutmix_alpha, check_finite
     )
 
 
+def check_evaluation_settings(ema_decay, ema_warmup, test_flip) -> None:
+    """The weight-EMA and test-time flip settings, each refused as one line."""
+    check_setting(
+        "ema_decay",
+        ema_decay,
+        ema_decay is None or (is_number(ema_decay) and 0 <= ema_decay <= 1),
+        "be null (off) or a number in [0, 1], e.g. ema_decay=0.999",
+    )
+    for name, value in (("ema_warmup", ema_warmup), ("test_flip", test_flip)):
+        check_setting(name, value, isinstance(value, bool), f"be true or false, e.g. {name}=true")
+
+
 def compiled(model: torch.nn.Module, compile: bool | str) -> torch.nn.Module:
     """`model` compiled in place by `torch.compile` (so checkpoints keep their keys) unless `compile`
     is false; true is torch's default mode."""
@@ -151,6 +165,11 @@ class ImageClassifier(L.LightningModule):
         compile: compile the model with `torch.compile` (in place, so checkpoints keep their keys):
             false, true (torch's default mode) or a mode name such as `max-autotune-no-cudagraphs`
             or `reduce-overhead` (CUDA graphs).
+        ema_decay: null, or the decay of an exponential moving average of the weights (timm's
+            `ModelEmaV3`, updated after every optimizer step) that validation, test and the
+            checkpoint's evaluation use.
+        ema_warmup: timm's EMA warm-up: the decay grows as 1 - (1 + step)^(-2/3) up to `ema_decay`.
+        test_flip: validation and test average each image's logits with its mirror's (`tta`).
     """
 
     def __init__(
@@ -164,15 +183,20 @@ class ImageClassifier(L.LightningModule):
         check_finite_every: int = 50,
         data: dict | None = None,
         compile: bool | str = False,
+        ema_decay: float | None = None,
+        ema_warmup: bool = False,
+        test_flip: bool = False,
     ):
         super().__init__()
         check_loss_settings(label_smoothing, mixup_alpha, cutmix_alpha, check_finite_every)
+        check_evaluation_settings(ema_decay, ema_warmup, test_flip)
         self.optimizer_factory = optimizer or default_optimizer
         self.scheduler_factory = scheduler or warmup_cosine_schedule
         check_optimizer(self.optimizer_factory, self.scheduler_factory)
         self.save_hyperparameters(ignore=["optimizer", "scheduler"])  # the run's config.yaml keeps them
         self.model = compiled(create_model(**model), compile)
         num_classes = self.model.config["num_classes"]
+        self.ema: ModelEmaV3 | None = None  # with ema_decay: made in configure_model
         # soft targets (mixed and smoothed) for training; evaluation keeps the hard-label loss
         self.mixup = (
             Mixup(
@@ -195,6 +219,15 @@ class ImageClassifier(L.LightningModule):
         # a resumed run's earlier parts, up to the checkpoint it resumes from: fit seconds, images (this rank)
         self.resumed_fit_seconds, self.resumed_images = 0.0, 0
         self._fit_started = time.perf_counter()
+
+    def configure_model(self) -> None:
+        """The weight EMA, a submodule, so its weights are in every checkpoint (`ema.module.*`) and
+        restored on resume. Made here, in the process that trains, before a checkpoint is loaded:
+        timm's private RNG generator cannot be pickled into a `ddp_spawn` process."""
+        if self.hparams.ema_decay is not None and self.ema is None:
+            self.ema = ModelEmaV3(self.model, decay=self.hparams.ema_decay, use_warmup=self.hparams.ema_warmup)
+            self.ema.requires_grad_(False)  # a copy of trained parameters: DDP would wait for their gradients
+            self.ema.train(self.training)  # in the module's mode, as Lightning expects (eval in validation and test)
 
     def setup(self, stage: str) -> None:
         """Count the training FLOPs of one batch, so Lightning's ThroughputMonitor logs FLOP/s and,
@@ -223,8 +256,13 @@ class ImageClassifier(L.LightningModule):
         losses = ["train/loss", "train/loss_epoch", "val/loss"]
         return [*losses, *self.train_metrics.keys(), *self.val_metrics.keys(), "val/acc_best"]
 
+    def evaluated_model(self) -> torch.nn.Module:
+        """The weights validation and test use: the EMA's when on, else the trained ones."""
+        return self.ema.module if self.ema is not None else self.model
+
     def forward(self, images: Tensor) -> Tensor:
-        return self.model(images)
+        """Evaluation logits: the evaluated model's, flip-averaged under `test_flip`."""
+        return predict(self.evaluated_model(), images, self.hparams.test_flip)
 
     def _step(self, batch, metrics: MetricCollection, stage: str) -> Tensor:
         images, labels = batch
@@ -233,7 +271,7 @@ class ImageClassifier(L.LightningModule):
             logits = self.model(images)
             loss = soft_target_cross_entropy(logits.float(), targets)
         else:
-            logits = self.model(images)
+            logits = self.model(images) if stage == "train" else self(images)
             loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.hparams.label_smoothing)
         metrics.update(logits.detach(), labels)
         on_step = stage == "train"
@@ -248,6 +286,13 @@ class ImageClassifier(L.LightningModule):
         self.check_finite(loss)
         self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
+
+    def optimizer_step(self, *args, **kwargs) -> None:
+        """The optimizer step, then the EMA update (fixed decay, or timm's warm-up by step): here, not
+        in a batch-end hook, so that a checkpoint saved at the step's end (callbacks run first) holds both."""
+        super().optimizer_step(*args, **kwargs)
+        if self.ema is not None:
+            self.ema.update(self.model, step=self.global_step if self.hparams.ema_warmup else None)
 
     def check_finite(self, loss: Tensor) -> None:
         """Stop every rank together (no hang in the gradient all-reduce) once any rank's loss has

@@ -73,6 +73,7 @@ TRAIN_OPTIONS = {  # the top-level keys of configs/train.yaml that no constructo
     "curriculum_batch": Option(
         "choice", "curriculum_batch=tokens", choices=("fixed", "tokens"), needs="curriculum", unset="fixed"
     ),
+    "ema_warmup": Option("flag", "ema_warmup=true", needs="ema_decay", unset=False),
     "resize_mode": Option("name", "resize_mode=interpolate", optional=True, needs="finetune_from"),
     "attn_temperature": Option(
         "choice", "attn_temperature=log", choices=("none", "log"), optional=True, needs="finetune_from"

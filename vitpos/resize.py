@@ -54,8 +54,11 @@ def read_checkpoint(path: str | Path) -> dict:
 
 
 def model_state(checkpoint: dict) -> dict:
-    """The ViT's state dict inside a Lightning checkpoint (keys without the `model.` prefix)."""
-    return {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+    """The ViT's state dict inside a Lightning checkpoint (keys without their prefix): the weight EMA's
+    (`ema.module.`) where the run kept one (`ema_decay`), the ones it validated and tested, else `model.`."""
+    state = checkpoint["state_dict"]
+    prefix = "ema.module." if any(k.startswith("ema.module.") for k in state) else "model."
+    return {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)}
 
 
 def load_model(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 # the settings a resumed run must share with the run it continues, besides the model (its saved config.yaml)
 TRAINING_SETTINGS = ("optim", "scheduler", "loss")
 TRAINING_SIZES = ("train_img_sizes", "batch_by_tokens", "curriculum", "curriculum_batch")  # top-level keys, likewise
+WEIGHT_AVERAGING = ("ema_decay", "ema_warmup")  # top-level keys, likewise (the EMA's weights are in the checkpoint)
 
 
 def resume_checkpoint(cfg: DictConfig, log_root: Path, run_name: str, module: ImageClassifier) -> Path:
@@ -67,7 +68,7 @@ def check_same_training(cfg: DictConfig, path: Path) -> None:
     ]
     changed += [
         f"{key}: {to_container(saved[key])} -> {to_container(cfg.get(key))}"
-        for key in TRAINING_SIZES
+        for key in (*TRAINING_SIZES, *WEIGHT_AVERAGING)
         if key in saved and to_container(saved[key]) != to_container(cfg.get(key))
     ]
     if changed:

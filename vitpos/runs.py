@@ -48,9 +48,13 @@ def devices(trainer: dict) -> int:
     return int(count) * int(trainer.get("num_nodes") or 1) if str(count).isdigit() else 1
 
 
+EVALUATION_KEYS = ("ema_decay", "ema_warmup", "test_flip")  # train.yaml's weight EMA and test-time flip
+
+
 def training_recipe(config: dict) -> str:
     """How a run (its config.yaml) was optimised besides lr and batch size: the optimizer and its
-    settings, the schedule, the loss and the augmentation as `name=value` words, e.g.
+    settings, the schedule, the loss, the augmentation and the weight EMA and test-time flip where
+    on, as `name=value` words, e.g.
     `optim=AdamW weight_decay=0.05 ... schedule=warmup_cosine_schedule warmup_steps=500 ...`."""
     optim, scheduler, loss = dict(config["optim"]), dict(config["scheduler"]), dict(config["loss"])
     words = [f"optim={optim.pop('_target_').rsplit('.', 1)[-1]}"]
@@ -60,6 +64,8 @@ def training_recipe(config: dict) -> str:
     words += [f"{k}={_word(v)}" for k, v in sorted(loss.items())]
     if "augment" in config.get("data", {}):
         words.append(f"augment={config['data']['augment']}")
+    # what validation and test evaluate: written where switched on, so older runs keep their recipe
+    words += [f"{k}={_word(config[k])}" for k in EVALUATION_KEYS if config.get(k) not in (None, False)]
     return " ".join(words)
 
 

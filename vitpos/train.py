@@ -62,12 +62,14 @@ def start_run(
     source_note = " from " + datamodule.source if datamodule.source else ""
     pixels = describe_pixels(datamodule.img_size, datamodule.native_size)  # "" where the data's size is unknown
     pixels_note = f", {pixels}" if pixels else ""
+    evaluated = evaluated_weights(cfg)
+    evaluated = "" if evaluated == "model" else f" | evaluates {evaluated}"
     print(
         f"vitpos: run {logger.log_dir} | pos={scheme_label(cfg.pos)} | {grid} grid "
         f"({size_tag(module.model.config['img_size'])}{pixels_note}, patch {module.model.patch_size}){size_note} | "
         f"data={datamodule.name}{source_note} ({len(datamodule.train_set)} train, {len(datamodule.val_set)} val) "
         f"| {params / 1e6:.2f}M params | precision {trainer.precision} on "
-        f"{device_description(trainer.strategy.root_device)}",
+        f"{device_description(trainer.strategy.root_device)}{evaluated}",
         flush=True,
     )
     if trainer.strategy.root_device.type == "cpu" and not bf16_supported("cpu"):
@@ -76,6 +78,13 @@ def start_run(
             "several times longer than README's times (measured on AVX512-BF16 CPUs)",
             flush=True,
         )
+
+
+def evaluated_weights(cfg: DictConfig) -> str:
+    """What validation and test evaluate: `model` or `ema 0.999` weights, `+ flip` under test_flip."""
+    decay, warmup = cfg.get("ema_decay"), cfg.get("ema_warmup", False)
+    weights = "model" if decay is None else f"ema {decay}" + (" (warm-up)" if warmup else "")
+    return weights + (" + flip" if cfg.get("test_flip", False) else "")
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -208,6 +217,7 @@ def finish_run(
     metrics["images_per_s"] = round(images / max(fit_seconds, 1e-9), 1)
     # what the times and the numerics depend on: a study spread over machines keeps them beside each run
     metrics["precision"] = str(trainer.precision)
+    metrics["evaluated"] = evaluated_weights(cfg)  # the weights and test-time flip behind val/ and test/
     metrics["device"] = device_description(trainer.strategy.root_device)
     metrics["finished_at"] = datetime.now().isoformat(timespec="seconds")  # a copied log keeps it
     if trainer.is_global_zero:

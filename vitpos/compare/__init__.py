@@ -1,10 +1,12 @@
 """Compare finished runs from their logged metrics (event files, or metrics.csv of logger=csv), with seed statistics.
 
     python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare] [reference=<published.csv>]
+    [reach=80]
     (the folder may also be given as logdir=logs/)
 
 Runs that differ only by `seed` form one group (the same scheme, data, size or curriculum, model, lr, batch,
-budget and recipe: optimizer, schedule, loss and augmentation settings); a seed run twice counts
+budget and recipe: optimizer, schedule, loss and augmentation settings, weight EMA and test-time flip);
+a seed run twice counts
 once, its latest run. Each group is one row with the number of runs `n` and the mean +- sample
 standard deviation of every accuracy: best and final validation, test, and the resolution-transfer
 accuracies that `vitpos.evaluate` logged into the run (`test_acc@42px`, `test_acc@42px/interpolate`,
@@ -15,7 +17,9 @@ group, error bars of one std), `epochs.png` (validation accuracy per epoch, one 
 `epochs.md` (the same means, each with the group's rank at that epoch) when runs validated more than
 once, `accuracy_vs_minutes.png` (validation accuracy, and test accuracy where logged, against
 wall-clock minutes since each run's start: the times of its TensorBoard events) when the runs
-logged to TensorBoard, `transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
+logged to TensorBoard, with `reach=<percent>` also `minutes_to_reach.md` (per group, the runs whose
+validation accuracy reached it and their wall-clock minutes to the first such validation),
+`transfer.png` (accuracy against evaluation size, one panel per scheme, one line per training
 setting and resize mode) when runs were evaluated at two or more sizes, and, for evaluations that
 asked for an attention temperature (`resize_mode=all`, each `scripts/study.sh` run's extrapolation
 step), `extrapolation.md` (every conversion at every size, the best per scheme and size in bold;
@@ -47,12 +51,20 @@ from .grouping import (
     latest_per_seed,
     mark_differences,
     minutes_curves,
+    minutes_to_reach,
     training_setting,
     transfer_curves,
 )
 from .logs import logged_scalars, model_key, read_reference, run_folders, summarize, unfinished_runs
 from .report import compare
-from .tables import best_conversions_table, epochs_table, extrapolation_table, markdown_table, ranking_table
+from .tables import (
+    best_conversions_table,
+    epochs_table,
+    extrapolation_table,
+    markdown_table,
+    ranking_table,
+    reach_table,
+)
 
 __all__ = [
     "ACCURACIES",
@@ -75,8 +87,10 @@ __all__ = [
     "markdown_table",
     "minutes_chart",
     "minutes_curves",
+    "minutes_to_reach",
     "model_key",
     "ranking_table",
+    "reach_table",
     "read_reference",
     "run_folders",
     "summarize",
@@ -86,7 +100,7 @@ __all__ = [
     "unfinished_runs",
 ]
 
-DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None, reference=None)
+DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None, reference=None, reach=None)
 
 
 def main(argv: list[str]) -> int:

@@ -149,6 +149,36 @@ def minutes_curves(runs: list[dict]) -> list[dict]:
     return curves
 
 
+def minutes_to_reach(runs: list[dict], target: float) -> list[dict]:
+    """Runs -> one row per group (GROUP_BY) whose event files timed its validations: `label`, `n`
+    (timed runs), `reached` (those whose validation accuracy came to `target`, a fraction) and the
+    mean and std of their minutes to the first validation at or above it (None where none or one did)."""
+    rows = []
+    for members in groups_of(runs):
+        timed = [m for m in members if m.get("val_minutes_by_epoch")]
+        if not timed:
+            continue
+        minutes = []
+        for run in timed:
+            points = zip(_numbers(run["val_acc_by_epoch"]), _numbers(run["val_minutes_by_epoch"]))
+            first = next((time for acc, time in points if acc >= target), None)
+            minutes += [first] if first is not None else []
+        rows.append(
+            dict(
+                label=_curve_label(timed),
+                n=len(timed),
+                reached=len(minutes),
+                minutes_mean=statistics.fmean(minutes) if minutes else None,
+                minutes_std=statistics.stdev(minutes) if len(minutes) > 1 else None,
+            )
+        )
+    return rows
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(v) for v in text.split()]
+
+
 def groups_of(rows: list[dict]) -> list[list[dict]]:
     """`rows` (runs) in groups equal in every GROUP_BY key, in order of first appearance."""
     groups: dict[tuple, list[dict]] = {}

@@ -18,10 +18,18 @@ from .grouping import (
     latest_per_seed,
     mark_differences,
     minutes_curves,
+    minutes_to_reach,
     transfer_curves,
 )
 from .logs import TRANSFER_PREFIX, parse_transfer_column, read_reference, run_folders, summarize, unfinished_runs
-from .tables import best_conversions_table, epochs_table, extrapolation_table, markdown_table, ranking_table
+from .tables import (
+    best_conversions_table,
+    epochs_table,
+    extrapolation_table,
+    markdown_table,
+    ranking_table,
+    reach_table,
+)
 
 
 def compare(
@@ -30,11 +38,14 @@ def compare(
     img_size: int | str | None = None,
     out: str | Path | None = None,
     reference: str | Path | None = None,
+    reach: float | None = None,
 ) -> list[dict]:
     """Group the finished runs under `root`, print the grouped table and write every table and chart of
     `python -m vitpos.compare` to `out` (default: `<root>/compare`); return the groups' rows. `data`
     and `img_size` keep the runs of that data set and size; `reference` is a CSV of published
-    accuracies that ranking.md sets beside ours (`read_reference`). No finished run: ConfigError."""
+    accuracies that ranking.md sets beside ours (`read_reference`); `reach` (a validation accuracy in
+    percent) adds minutes_to_reach.md. No finished run: ConfigError."""
+    check_reach(reach)
     root = Path(root)
     if not root.is_dir():
         raise ConfigError(f"no such log folder: {root}; pass the folder the runs were logged to, e.g. logs/")
@@ -53,7 +64,7 @@ def compare(
     written += write_transfer(out, rows)
     written += write_extrapolation(out, rows)
     written += write_epochs(out, runs)
-    written += write_minutes(out, runs)
+    written += write_minutes(out, runs, reach)
     print(table + "\nwrote " + ", ".join(map(str, written)))
     return rows
 
@@ -158,13 +169,23 @@ def write_epochs(out: Path, runs: list[dict]) -> list[Path]:
     return [out / "epochs.png", out / "epochs.md"]
 
 
-def write_minutes(out: Path, runs: list[dict]) -> list[Path]:
-    """accuracy_vs_minutes.png where runs' event files timed their validations or tests."""
+def check_reach(reach) -> None:
+    valid = reach is None or (isinstance(reach, (int, float)) and not isinstance(reach, bool) and 0 < reach <= 100)
+    if not valid:
+        raise ConfigError(f"reach={reach!r} must be a validation accuracy in percent, e.g. reach=80")
+
+
+def write_minutes(out: Path, runs: list[dict], reach: float | None = None) -> list[Path]:
+    """accuracy_vs_minutes.png where runs' event files timed their validations or tests, and with
+    `reach` (percent) minutes_to_reach.md."""
     curves = minutes_curves(runs)
     if not curves:
         return []
     minutes_chart(curves, out / "accuracy_vs_minutes.png")
-    return [out / "accuracy_vs_minutes.png"]
+    if reach is None:
+        return [out / "accuracy_vs_minutes.png"]
+    (out / "minutes_to_reach.md").write_text(reach_table(minutes_to_reach(runs, reach / 100), reach))
+    return [out / "accuracy_vs_minutes.png", out / "minutes_to_reach.md"]
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:

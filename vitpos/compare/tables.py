@@ -117,6 +117,20 @@ def ranked_block(block: list[dict], published: dict[str, dict], data: str) -> li
     return lines
 
 
+def reach_table(rows: list[dict], target_percent: float) -> str:
+    """Markdown of `minutes_to_reach`: per group, how many runs reached the validation accuracy and
+    the wall-clock minutes they took (mean +- std over those runs)."""
+    title = f"Wall-clock minutes to the first validation at or above {target_percent:g}% accuracy"
+
+    def minutes(row: dict) -> str:
+        if row["minutes_mean"] is None:
+            return "not reached"
+        return f"{row['minutes_mean']:.1f}" + (f" ± {row['minutes_std']:.1f}" if row["minutes_std"] is not None else "")
+
+    body = [[row["label"], f"{row['reached']} of {row['n']}", minutes(row)] for row in rows]
+    return f"{title}\n\n" + markdown.table(["group", "runs reached", "minutes"], body, align="lrr")
+
+
 def epochs_table(curves: list[dict]) -> str:
     """Markdown of `epoch_curves`: validation accuracy (%) per epoch, the mean over seeds, and in
     brackets the group's rank at that epoch among the groups with as many epochs (one table per
