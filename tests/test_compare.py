@@ -16,28 +16,28 @@ import pytest
 from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
-from vitpos.compare import (
-    best_conversions_table,
-    compare,
+from vitpos.compare import main
+from vitpos.compare.charts import extrapolation_figure
+from vitpos.compare.grouping import (
     epoch_curves,
-    epochs_table,
     extrapolation_curves,
-    extrapolation_figure,
-    extrapolation_table,
     group_runs,
     latest_per_seed,
-    main,
     mark_differences,
-    markdown_table,
     minutes_curves,
     minutes_to_reach,
-    ranking_table,
-    reach_table,
-    read_reference,
-    run_folders,
-    summarize,
     training_setting,
     transfer_curves,
+)
+from vitpos.compare.logs import read_reference, run_folders, summarize
+from vitpos.compare.report import compare
+from vitpos.compare.tables import (
+    best_conversions_table,
+    epochs_table,
+    extrapolation_table,
+    markdown_table,
+    ranking_table,
+    reach_table,
 )
 from vitpos.config import compose_train_config
 from vitpos.errors import ConfigError
@@ -389,6 +389,33 @@ def test_compare_cli_errors_are_one_line(tmp_path):
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: no such log folder")
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("img_size=abc", "error: img_size='abc' must be a positive integer or an [H, W] pair of them"),
+        ("img_size=[1,2,3]", "error: img_size=[1, 2, 3] must be a positive integer or an [H, W] pair of them"),
+        ("data=nosuch", "error: data='nosuch' is not a data set runs are trained on; use one of cifar10,"),
+        ("out={file}", "error: out={file} is a file; pass a folder"),
+        ("out={file}/below", "error: out={file}/below cannot be written"),
+    ],
+)
+def test_a_bad_compare_option_is_one_line_before_any_run_is_read(three_runs, tmp_path, capsys, option, message):
+    """Checked up front: with a folder of good runs, a bad filter or out= still writes nothing."""
+    file = tmp_path / "taken.txt"
+    file.write_text("mine")
+    logs = tmp_path / "logs"
+    before = sorted(p for p in tmp_path.rglob("*"))
+    assert main([str(logs), option.format(file=file)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message.format(file=file))
+    assert sorted(p for p in tmp_path.rglob("*")) == before and file.read_text() == "mine"
+
+
+def test_compare_keeps_the_runs_of_a_size_given_as_a_pair(three_runs, tmp_path):
+    logs = tmp_path / "logs"  # the three runs trained at 32 px
+    assert compare(logs, img_size=[32, 32], out=tmp_path / "pair") == compare(logs, img_size=32, out=tmp_path / "int")
 
 
 def test_compare_says_which_runs_it_left_out(three_runs, tmp_path, capsys):

@@ -58,9 +58,14 @@ def instantiate(config, **kwargs):
         raise
 
 
+def data_config_names() -> list[str]:
+    """The data configs a run can name (`data=cifar10`): configs/data/*.yaml."""
+    return sorted(path.stem for path in (CONFIG_DIR / "data").glob("*.yaml"))
+
+
 def data_config(name: str) -> dict:
     """configs/data/<name>.yaml composed as train.py would (interpolations resolved)."""
-    names = sorted(path.stem for path in (CONFIG_DIR / "data").glob("*.yaml"))
+    names = data_config_names()
     if name not in names:
         raise ConfigError(f"data={name!r} is not a data config; use one of {', '.join(names)}")
     return OmegaConf.to_container(compose_train_config([f"data={name}"]).data, resolve=True)

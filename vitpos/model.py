@@ -218,6 +218,7 @@ class VisionTransformer(nn.Module):
         temperature_ref_size: int | tuple[int, int] | None = None,
         pos_kwargs: dict | None = None,
     ):
+        arguments = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
         super().__init__()
         img_size = image_size(img_size)
         ref_size = (
@@ -225,24 +226,9 @@ class VisionTransformer(nn.Module):
             if temperature_ref_size is not None
             else img_size
         )
-        self.config = dict(
-            pos=pos,
-            img_size=list(img_size),
-            patch_size=patch_size,
-            in_chans=in_chans,
-            num_classes=num_classes,
-            dim=dim,
-            depth=depth,
-            num_heads=num_heads,
-            mlp_ratio=mlp_ratio,
-            qkv_bias=qkv_bias,
-            drop_rate=drop_rate,
-            drop_path_rate=drop_path_rate,
-            pool=pool,
-            attn_impl=attn_impl,
-            attn_temperature=attn_temperature,
-            temperature_ref_size=list(ref_size),
-            pos_kwargs=dict(pos_kwargs or {}),
+        # the constructor's arguments, normalised: `VisionTransformer(**config)` builds this model again
+        self.config = arguments | dict(
+            img_size=list(img_size), temperature_ref_size=list(ref_size), pos_kwargs=dict(pos_kwargs or {})
         )
         check_architecture(self.config)
         self._build_layers(self.config)

@@ -40,65 +40,9 @@ from omegaconf import OmegaConf
 from ..cli import parse_options
 from ..errors import ConfigError, VitposError
 from ..errors import report as report_error
-from .charts import accuracy_chart, epoch_chart, extrapolation_figure, minutes_chart, transfer_chart
-from .grouping import (
-    ACCURACIES,
-    GROUP_BY,
-    accuracy_columns,
-    epoch_curves,
-    extrapolation_curves,
-    group_runs,
-    latest_per_seed,
-    mark_differences,
-    minutes_curves,
-    minutes_to_reach,
-    training_setting,
-    transfer_curves,
-)
-from .logs import logged_scalars, model_key, read_reference, run_folders, summarize, unfinished_runs
 from .report import compare
-from .tables import (
-    best_conversions_table,
-    epochs_table,
-    extrapolation_table,
-    markdown_table,
-    ranking_table,
-    reach_table,
-)
 
-__all__ = [
-    "ACCURACIES",
-    "GROUP_BY",
-    "accuracy_chart",
-    "accuracy_columns",
-    "best_conversions_table",
-    "compare",
-    "epoch_chart",
-    "epoch_curves",
-    "epochs_table",
-    "extrapolation_curves",
-    "extrapolation_figure",
-    "extrapolation_table",
-    "group_runs",
-    "latest_per_seed",
-    "logged_scalars",
-    "main",
-    "mark_differences",
-    "markdown_table",
-    "minutes_chart",
-    "minutes_curves",
-    "minutes_to_reach",
-    "model_key",
-    "ranking_table",
-    "reach_table",
-    "read_reference",
-    "run_folders",
-    "summarize",
-    "training_setting",
-    "transfer_chart",
-    "transfer_curves",
-    "unfinished_runs",
-]
+__all__ = ["compare", "main"]  # the jobs' own names: vitpos.compare.logs, .grouping, .tables, .charts, .report
 
 DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None, reference=None, reach=None)
 

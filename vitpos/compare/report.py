@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
+from ..config import data_config_names
 from ..errors import ConfigError
+from ..model import image_size
 from ..plots import pyplot
 from ..runs import RESULTS_FILE
 from .charts import accuracy_chart, epoch_chart, extrapolation_figure, minutes_chart, transfer_chart
@@ -46,16 +49,22 @@ def compare(
     accuracies that ranking.md sets beside ours (`read_reference`); `reach` (a validation accuracy in
     percent) adds minutes_to_reach.md. No finished run: ConfigError."""
     check_reach(reach)
+    check_data(data)
+    size = image_size(img_size, example="img_size=32 (the training size of the runs to keep)") if img_size else None
     root = Path(root)
     if not root.is_dir():
         raise ConfigError(f"no such log folder: {root}; pass the folder the runs were logged to, e.g. logs/")
+    out = Path(out) if out else root / "compare"
+    check_writable(out)
     published = read_reference(reference) if reference is not None else {}
-    runs = finished_runs(root, data, img_size)
+    runs = finished_runs(root, data, size)
     runs.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), r["pos"], r["seed"]))
     rows = group_runs(runs)
     rows.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), -(r["test_acc_mean"] or 0)))
-    out = Path(out) if out else root / "compare"
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"out={out} cannot be made ({error.strerror}); pass another out=") from None
     mark_differences(rows)
     mark_differences(runs)
     table = markdown_table(rows, table_columns(runs))
@@ -69,7 +78,27 @@ def compare(
     return rows
 
 
-def finished_runs(root: Path, data: str | None, img_size: int | str | None) -> list[dict]:
+def check_data(data) -> None:
+    names = data_config_names()
+    if data is not None and data not in names:
+        raise ConfigError(f"data={data!r} is not a data set runs are trained on; use one of {', '.join(names)}")
+
+
+def check_writable(out: Path) -> None:
+    """Refuse an `out` that is a file or that cannot be made, before any run is read."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={out} is a file; pass a folder for the tables, e.g. out=logs/compare")
+    existing = next(folder for folder in (out, *out.parents) if folder.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"out={out} cannot be written ({existing} is not a writable folder); pass another out=")
+
+
+def run_size(img_size: int | str) -> tuple[int, int]:
+    """A run row's `img_size` (32, or "32x48") as (H, W)."""
+    return (img_size, img_size) if isinstance(img_size, int) else tuple(map(int, str(img_size).split("x")))
+
+
+def finished_runs(root: Path, data: str | None, img_size: tuple[int, int] | None) -> list[dict]:
     """A row per finished run under `root` of `data` and `img_size` (None: any), the latest of each
     seed of a group; says which runs it leaves out, and refuses when none is left."""
     runs = [summarize(run, root) for run in run_folders(root)]
@@ -80,10 +109,11 @@ def finished_runs(root: Path, data: str | None, img_size: int | str | None) -> l
     runs = [
         r
         for r in runs
-        if (data is None or r["data"] == data) and (img_size is None or str(r["img_size"]) == str(img_size))
+        if (data is None or r["data"] == data) and (img_size is None or run_size(r["img_size"]) == img_size)
     ]
     if not runs:
-        filters = " ".join(f"{k}={v}" for k, v in (("data", data), ("img_size", img_size)) if v is not None)
+        size = None if img_size is None else "x".join(map(str, dict.fromkeys(img_size)))
+        filters = " ".join(f"{k}={v}" for k, v in (("data", data), ("img_size", size)) if v is not None)
         raise ConfigError(
             f"no finished runs (with {RESULTS_FILE}) under {root}" + (f" match {filters}" if filters else "")
         )

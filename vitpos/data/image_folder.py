@@ -205,6 +205,13 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
                 class_dirs[(split, label)] = class_dirs.get((split, label), 0) + 1
                 files.append(TreeFile(split, label, name, key))
             break
+    check_splits(where, prefixes, astray, class_dirs)
+    return files
+
+
+def check_splits(where: str, prefixes: set, astray: list[str], class_dirs: dict[tuple[str, str], int]) -> None:
+    """The tree's split folders (`prefixes`: (top folder, split folder) pairs) and class folders
+    (`class_dirs`: (split, class) -> images) define one classification task, or one ConfigError."""
     if not prefixes and astray:
         raise ConfigError(
             f"{where} holds images outside train/ and test/ folders (e.g. {astray[0]}); arrange them as "
@@ -239,7 +246,6 @@ def find_tree(source: Source, listing: list[tuple[str, object, bool]]) -> list[T
             f"{where}: test class {missing[0]!r} has no folder in train/ (train/ has "
             f"{', '.join(sorted(train_classes))}); a class must be in both"
         )
-    return files
 
 
 def decode(files: list[TreeFile], data: list[bytes], size: tuple[int, int], where: str) -> tuple[Tensor, bool]:
