@@ -482,7 +482,7 @@ def test_evaluate_best_chooses_on_validation_and_tests_only_the_choice(scheme_ck
     val_scores = {"extrapolate": 0.1, "interpolate": 0.3, "ntk": 0.2, "yarn": 0.25}
     test_calls = []
 
-    def fake_accuracy(model, datamodule, split, device, mask, doing=""):
+    def fake_accuracy(model, datamodule, split, device, mask, doing="", flip=False):
         mode, temperature = model.config["pos_kwargs"]["resize_mode"], model.config["attn_temperature"]
         if split == "val":
             return val_scores[mode] + (0.01 if temperature == "log" else 0.0)
@@ -606,7 +606,7 @@ def test_evaluate_never_overwrites_an_earlier_evaluation(scheme_ckpts, tmp_path,
         def now():
             return datetime(2030, 1, 2, 3, 4, 5)
 
-    monkeypatch.setattr("vitpos.evaluate.datetime", Clock)
+    monkeypatch.setattr("vitpos.resolution_report.datetime", Clock)
     assert evaluate_main(options) == 0 and evaluate_main(options) == 0
     written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("resolution.md"))
     assert written == [
