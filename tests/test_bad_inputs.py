@@ -283,6 +283,24 @@ def test_evaluate_reads_data_settings_over_the_recorded_ones_and_refuses_unknown
     assert err.startswith("error: unknown data setting(s) data.num_tst; SyntheticDataModule takes data.num_train, ")
 
 
+def test_a_checkpoint_recording_a_setting_no_longer_taken_names_the_data_option(tmp_path, capsys):
+    """An older vitpos recorded settings this one dropped (e.g. data.num_workers): one line naming
+    data=<name>, which reads the images with today's config; that option then evaluates it."""
+    model = vitpos.create_model("none", img_size=16, num_classes=4, in_chans=3, dim=32, depth=1, num_heads=2)
+    data = {"_target_": "vitpos.data.SyntheticDataModule", "num_train": 64, "num_test": 24, "num_workers": 4}
+    path = tmp_path / "old.ckpt"
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    torch.save({"hyper_parameters": {"model": model.config, "data": data}, "state_dict": state}, path)
+    assert evaluate_main([f"ckpt={path}", "img_sizes=[16]", f"out={tmp_path / 'refused'}"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {path} records data.num_workers, which this vitpos no longer takes (an older version wrote it); "
+        "pass data=synthetic to read its images with today's configs/data/synthetic.yaml\n"
+    )
+    assert not (tmp_path / "refused").exists()
+    fixed = [f"ckpt={path}", "img_sizes=[16]", f"out={tmp_path / 'out'}", "data=synthetic", "limit=8"]
+    assert evaluate_main(fixed) == 0
+
+
 @pytest.mark.parametrize("option", ["ckpt=", "limit="])
 def test_an_option_without_a_value_is_refused_not_read_as_unset(option, capsys, tmp_path):
     assert evaluate_main([f"ckpt={tmp_path}", "img_sizes=[32]", option]) == 2

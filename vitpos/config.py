@@ -82,7 +82,15 @@ def data_settings(data, recorded: dict | None, source: str) -> dict:
     if not recorded:
         raise ConfigError(f"{source} records no data config; pass data=<name of configs/data/*.yaml>")
     overrides = to_container(data) or {}
-    takes = settings_of(hydra.utils.get_object(recorded["_target_"]))
+    target = hydra.utils.get_object(recorded["_target_"])
+    takes = settings_of(target)
+    stale = sorted(set(recorded) - {"_target_"} - set(takes))
+    if stale:
+        name = getattr(target, "name", "<name of configs/data/*.yaml>")
+        raise ConfigError(
+            f"{source} records {', '.join(f'data.{k}' for k in stale)}, which this vitpos no longer takes (an older "
+            f"version wrote it); pass data={name} to read its images with today's configs/data/{name}.yaml"
+        )
     unknown = sorted(set(overrides) - set(recorded) - set(takes))
     if unknown:
         raise ConfigError(
