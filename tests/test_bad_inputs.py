@@ -99,6 +99,11 @@ BAD_TRAINING = [  # (override, words the message must contain)
     ("seed=abc", "seed='abc' must be an integer"),
     ("checkpoint_every_n_steps=0", "checkpoint_every_n_steps=0 must be a positive number of optimizer steps"),
     ("trainer.max_epochs=-5", "Trainer: `max_epochs` must be a non-negative integer or -1"),
+    ("trainer.max_epochs=1.5", "trainer.max_epochs=1.5 must be an integer"),
+    ("trainer.max_steps=2.5", "trainer.max_steps=2.5 must be an integer"),
+    ("data.batch_size=true", "data.batch_size=True must be a positive integer"),
+    ("run_name=a/b", "run_name='a/b' must be one folder name, without /"),
+    ("run_name=..", "run_name='..' must be one folder name"),
     ("pos=rel_bias pos.fuzzy=true", "pos=rel_bias has no continuous coordinates"),
     ("pos=2d_sin pos.fuzzy=maybe", "pos.fuzzy='maybe' must be true or false"),
     ("optim.lr=abc", "optim.lr='abc' must be a non-negative number"),
@@ -306,3 +311,24 @@ def test_an_option_without_a_value_is_refused_not_read_as_unset(option, capsys, 
     assert evaluate_main([f"ckpt={tmp_path}", "img_sizes=[32]", option]) == 2
     err = capsys.readouterr().err
     assert err == f"error: {option} has no value; give one, or {option}null for none; see --help\n"
+
+
+@pytest.mark.parametrize("command", ["evaluate", "figures"])
+@pytest.mark.parametrize("out", ["a_file", "a_file/sub", "/proc/vitpos_out"])
+def test_an_out_that_cannot_be_a_folder_is_one_line_before_any_work(command, out, capsys, tmp_path, monkeypatch):
+    from vitpos.figures import main as figures_main
+
+    monkeypatch.chdir(tmp_path)
+    Path("a_file").write_text("x")
+    main = evaluate_main if command == "evaluate" else figures_main
+    assert main([f"ckpt={tmp_path}", f"out={out}"]) == 2  # refused before the (absent) checkpoint is looked for
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write to out= ({out}: ") and err.count("\n") == 1
+    assert err.endswith("pass a writable folder, e.g. out=logs/mine\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"] and Path("a_file").read_text() == "x"
+
+
+def test_an_out_that_can_be_made_is_not_left_behind_when_the_command_fails(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert evaluate_main([f"ckpt={tmp_path / 'absent'}", "out=new/a/b"]) == 2
+    assert capsys.readouterr().err.startswith("error: ") and not Path("new").exists()

@@ -129,6 +129,11 @@ def trainer_config(cfg: DictConfig, datamodule: ImageDataModule | None = None) -
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     if str(trainer_cfg.get("devices")) == "auto":
         trainer_cfg["devices"] = 1
+    for count in ("max_steps", "max_epochs"):  # Lightning trains a float bound without a word, or fails deep inside
+        value = trainer_cfg.get(count)
+        check_setting(
+            f"trainer.{count}", value, value is None or is_integer(value), f"be an integer, e.g. trainer.{count}=10"
+        )
     if datamodule is not None and datamodule.curriculum and datamodule.curriculum.batch == "tokens":
         if trainer_cfg.get("reload_dataloaders_every_n_epochs", 0) not in (0, 1):
             raise ConfigError(
@@ -151,7 +156,14 @@ def run_name_of(cfg: DictConfig, datamodule: ImageDataModule, trained_size) -> s
     """`<scheme>_<data>_<size>[_from_<size>][_train<sizes>|_curriculum<tag>]_seed<seed>`, or `run_name`.
     Runs of one study share <log_dir>/<experiment>/; names start with the scheme and stay distinct by seed."""
     if cfg.run_name is not None:
-        return str(cfg.run_name)  # run_name=nan: a name
+        name = str(cfg.run_name)  # run_name=nan: a name
+        check_setting(
+            "run_name",
+            name,
+            name.strip(". ") != "" and "/" not in name and "\\" not in name,
+            "be one folder name, without / (use experiment=<group> to group runs)",
+        )
+        return name
     name = f"{scheme_label(cfg.pos).replace('+', '_')}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
     name += f"_from_{size_tag(trained_size)}" if trained_size else ""
     if is_mixed(datamodule):

@@ -44,7 +44,7 @@ from .model import MODEL_ARGS, create_model
 from .options import Option, check_options
 from .plots import make_figures, sample_images, save_figures
 from .resize import model_from_checkpoint, read_checkpoint
-from .runs import find_checkpoints, run_dir
+from .runs import check_out_folder, find_checkpoints, run_dir
 
 DEFAULTS = dict(ckpt=None, pos=None, out=None, images=64, split="val", data=None, data_dir=None, img_size=32, seed=0)
 OPTIONS = {
@@ -86,6 +86,8 @@ def main(argv: list[str]) -> int:
     try:
         options = parse_options(argv, DEFAULTS, __doc__, extra_keys=MODEL_ARGS)
         check_options(options, OPTIONS)
+        if options.out:
+            check_out_folder(Path(options.out))
         refuse_beside_ckpt(argv, {"pos", "img_size", *MODEL_ARGS})  # a checkpoint's figures: at its own size
         figures, out = figures_from_options(options)
         for path in save_figures(figures, out):

@@ -11,7 +11,7 @@ from pathlib import Path
 from . import markdown
 from .errors import ConfigError
 from .plots import pyplot
-from .runs import size_tag
+from .runs import check_out_folder, size_tag
 
 OUTPUTS = ("resolution.md", "resolution.csv", "resolution.png")
 
@@ -24,6 +24,7 @@ def output_folder(out, overwrite: bool) -> tuple[Path, bool]:
         stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         return Path(os.environ.get("VITPOS_LOG_DIR") or "logs", "evaluate", stamp), True
     out = Path(out)
+    check_out_folder(out)
     earlier = [name for name in OUTPUTS if (out / name).exists()]
     if earlier and not overwrite:
         raise ConfigError(

@@ -193,6 +193,24 @@ def check_writable(folder: Path) -> Path | None:
     return created
 
 
+def check_out_folder(out: Path) -> None:
+    """Refuse an `out` that cannot become a folder (a file, /proc/x) before any output is
+    written (evaluate, figures); the folders made to find out are removed again."""
+    missing = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot write to out= ({out}: {error.strerror}); pass a writable folder, e.g. out=logs/mine"
+        ) from None
+    finally:
+        for folder in missing:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+
 def remove_run_folder(version_dir: Path, created: Path | None) -> None:
     """Delete `<run>/version_N`, `<run>` if that leaves it empty, and the folders above it this run
     made (`created` and those below it) where they are left empty."""

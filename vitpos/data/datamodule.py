@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
-from ..errors import ConfigError
+from ..errors import ConfigError, is_integer
 from ..model import image_size
 from ..runs import size_tag
 from .augment import AUGMENTS, BATCH_POLICIES, random_crop_flip, random_resized_crop
@@ -124,9 +124,9 @@ class ImageDataModule(L.LightningDataModule):
             raise ConfigError(f"data.augment={augment!r} is not one of {', '.join(AUGMENTS)}")
         if device_resident not in ("auto", True, False):
             raise ConfigError(f"data.device_resident={device_resident!r} must be auto, true or false")
-        if not isinstance(batch_size, int) or batch_size < 1:
+        if not is_integer(batch_size) or batch_size < 1:
             raise ConfigError(f"data.batch_size={batch_size!r} must be a positive integer, e.g. data.batch_size=128")
-        if train_subset is not None and (not isinstance(train_subset, int) or train_subset < 1):
+        if train_subset is not None and (not is_integer(train_subset) or train_subset < 1):
             raise ConfigError(f"data.train_subset={train_subset!r} must be a positive integer or null (all images)")
         self.data_dir = Path(data_dir).expanduser()
         self.img_size = image_size(img_size)
