@@ -397,8 +397,8 @@ def test_compare_cli_errors_are_one_line(tmp_path):
         ("img_size=abc", "error: img_size='abc' must be a positive integer or an [H, W] pair of them"),
         ("img_size=[1,2,3]", "error: img_size=[1, 2, 3] must be a positive integer or an [H, W] pair of them"),
         ("data=nosuch", "error: data='nosuch' is not a data set runs are trained on; use one of cifar10,"),
-        ("out={file}", "error: out={file} is a file; pass a folder"),
-        ("out={file}/below", "error: out={file}/below cannot be written"),
+        ("out={file}", "error: cannot write to out= ({file}: File exists); pass a writable folder"),
+        ("out={file}/below", "error: cannot write to out= ({file}/below: Not a directory)"),
     ],
 )
 def test_a_bad_compare_option_is_one_line_before_any_run_is_read(three_runs, tmp_path, capsys, option, message):

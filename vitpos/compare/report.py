@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
 from ..config import data_config_names
 from ..errors import ConfigError
 from ..model import image_size
 from ..plots import pyplot
-from ..runs import RESULTS_FILE
+from ..runs import RESULTS_FILE, check_out_folder
 from .charts import accuracy_chart, epoch_chart, extrapolation_figure, minutes_chart, transfer_chart
 from .grouping import (
     accuracy_columns,
@@ -55,16 +54,13 @@ def compare(
     if not root.is_dir():
         raise ConfigError(f"no such log folder: {root}; pass the folder the runs were logged to, e.g. logs/")
     out = Path(out) if out else root / "compare"
-    check_writable(out)
+    check_out_folder(out)
     published = read_reference(reference) if reference is not None else {}
     runs = finished_runs(root, data, size)
     runs.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), r["pos"], r["seed"]))
     rows = group_runs(runs)
     rows.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), -(r["test_acc_mean"] or 0)))
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(f"out={out} cannot be made ({error.strerror}); pass another out=") from None
+    out.mkdir(parents=True, exist_ok=True)
     mark_differences(rows)
     mark_differences(runs)
     table = markdown_table(rows, table_columns(runs))
@@ -82,15 +78,6 @@ def check_data(data) -> None:
     names = data_config_names()
     if data is not None and data not in names:
         raise ConfigError(f"data={data!r} is not a data set runs are trained on; use one of {', '.join(names)}")
-
-
-def check_writable(out: Path) -> None:
-    """Refuse an `out` that is a file or that cannot be made, before any run is read."""
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"out={out} is a file; pass a folder for the tables, e.g. out=logs/compare")
-    existing = next(folder for folder in (out, *out.parents) if folder.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"out={out} cannot be written ({existing} is not a writable folder); pass another out=")
 
 
 def run_size(img_size: int | str) -> tuple[int, int]:
