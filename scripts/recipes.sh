@@ -8,13 +8,15 @@
 # Variables:
 #   RECIPES  configs/experiment names, comma-separated (default cifar10_cpu,cifar10_curriculum)
 #   SEEDS    comma-separated seeds (default 0,1,2)
+#   POS      the positional scheme of every run, a configs/pos name (default cpe, the scheme
+#            cifar10_cpu was measured with)
 #   REACH    the validation accuracy in percent whose wall-clock minutes OUT tabulates (default 80)
 #   ARGS     extra train.py overrides for every run, e.g. "ema_decay=0.999 test_flip=true"; needs TAG
 #   TAG      a word added to the run names of such runs, e.g. ema (default none)
 #   LOGS     where the runs train (default ~/vitpos-recipes, outside the checkout)
 #   OUT      the tables and accuracy_vs_minutes.png (default docs/results/cifar10_recipes)
 #   CIFAR10_ROOT  CIFAR-10 for data.root (an archive, folder or image tree); default: found in data/
-# A run is <LOGS>/<recipe>/<recipe>[_<TAG>]_seed<seed>/version_N. One with results.json is done and
+# A run is <LOGS>/<recipe>/<recipe>_<POS>[_<TAG>]_seed<seed>/version_N. One with results.json is done and
 # skipped; one with last.ckpt and no results.json resumes. Each sitting of a run appends the machine
 # to its machine.txt (lscpu's model name, the bf16/AMX flags, the load average at its start), and
 # `tables` gathers those lines into OUT/machines.md. A run uses both cores of a 2-core CPU: one
@@ -22,6 +24,7 @@
 set -euo pipefail
 RECIPES=${RECIPES:-cifar10_cpu,cifar10_curriculum}
 SEEDS=${SEEDS:-0,1,2}
+POS=${POS:-cpe}
 REACH=${REACH:-80}
 ARGS=${ARGS:-}
 TAG=${TAG:-}
@@ -41,6 +44,8 @@ for recipe in "${RECIPE_LIST[@]}"; do
   grep -qx "experiment: $recipe" "configs/experiment/$recipe.yaml" \
     || fail "RECIPES: configs/experiment/$recipe.yaml does not set 'experiment: $recipe'; add that line"
 done
+[[ $POS =~ ^[A-Za-z0-9_]+$ && -f configs/pos/$POS.yaml ]] \
+  || fail "POS=$POS: no configs/pos/$POS.yaml; use a name from configs/pos/, e.g. POS=cpe"
 [ ${#SEED_LIST[@]} -gt 0 ] || fail "SEEDS is empty; give comma-separated integers, e.g. SEEDS=0,1,2"
 for seed in "${SEED_LIST[@]}"; do
   [[ $seed =~ ^[0-9]+$ ]] || fail "SEEDS=$SEEDS must be comma-separated non-negative integers, e.g. SEEDS=0,1,2"
@@ -51,7 +56,7 @@ fi
 [ -z "$ARGS" ] || [ -n "$TAG" ] || fail "ARGS=\"$ARGS\" needs TAG=<word> so its runs are not taken for the plain ones, e.g. TAG=ema"
 [[ -z $TAG || $TAG =~ ^[A-Za-z0-9_-]+$ ]] || fail "TAG=$TAG must be one word of letters, digits, _ or -, e.g. TAG=ema"
 
-run_name() { echo "$1${TAG:+_$TAG}_seed$2"; }    # recipe, seed
+run_name() { echo "$1_$POS${TAG:+_$TAG}_seed$2"; }    # recipe, seed
 # shellcheck disable=SC2012  # run folders: names vitpos writes
 latest() { ls -d "$1"/version_* 2> /dev/null | sort -V | tail -n 1; }
 finished() { compgen -G "$1/version_*/results.json" > /dev/null; }
@@ -73,7 +78,7 @@ runs() {
       machine >> "$run/machine.txt"
       say "train $run ($(tail -n 1 "$run/machine.txt"))"
       # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $ARGS, $(resume_arg)
-      python train.py experiment="$recipe" seed="$seed" run_name="$(run_name "$recipe" "$seed")" \
+      python train.py experiment="$recipe" pos="$POS" seed="$seed" run_name="$(run_name "$recipe" "$seed")" \
         paths.log_dir="$LOGS" $DATA_ARGS $QUIET $ARGS $(resume_arg "$run")
       finished "$run" || { echo "error: training left no results.json in $run" >&2; exit 1; }
     done

@@ -57,8 +57,9 @@ def calls(tmp_path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def train_call(logs: Path, recipe: str, seed: int, extra: str = "") -> str:
-    return f"train.py experiment={recipe} seed={seed} run_name={recipe}_seed{seed} paths.log_dir={logs} {QUIET}{extra}"
+def train_call(logs: Path, recipe: str, seed: int, pos: str = "cpe") -> str:
+    name = f"{recipe}_{pos}_seed{seed}"
+    return f"train.py experiment={recipe} pos={pos} seed={seed} run_name={name} paths.log_dir={logs} {QUIET}"
 
 
 def test_runs_go_seed_by_seed_then_the_comparison_and_the_machines(tmp_path):
@@ -73,7 +74,7 @@ def test_runs_go_seed_by_seed_then_the_comparison_and_the_machines(tmp_path):
         train_call(logs, "cifar10_curriculum", 1),
         f"-m vitpos.compare {logs} out={out} reach=80",
     ]
-    machine = (logs / "cifar10_cpu" / "cifar10_cpu_seed0" / "machine.txt").read_text().splitlines()
+    machine = (logs / "cifar10_cpu" / "cifar10_cpu_cpe_seed0" / "machine.txt").read_text().splitlines()
     assert len(machine) == 1 and machine[0].count(" | ") == 3 and " | load " in machine[0]
     table = (out / "machines.md").read_text().splitlines()
     assert table[2] == "| run | started | CPU | flags | load |" and len(table) == 4 + 4
@@ -85,15 +86,18 @@ def test_runs_go_seed_by_seed_then_the_comparison_and_the_machines(tmp_path):
 
 def test_an_interrupted_run_resumes_and_tagged_runs_have_their_own_names(tmp_path):
     logs = tmp_path / "logs"
-    version = logs / "cifar10_cpu" / "cifar10_cpu_ema_seed0" / "version_0"
+    version = logs / "cifar10_cpu" / "cifar10_cpu_rope_axial_ema_seed0" / "version_0"
     (version / "checkpoints").mkdir(parents=True)
     (version / "checkpoints" / "last.ckpt").touch()  # interrupted: no results.json
-    env = fake_env(tmp_path, RECIPES="cifar10_cpu", SEEDS="0", ARGS="ema_decay=0.999 test_flip=true", TAG="ema")
+    env = fake_env(
+        tmp_path, RECIPES="cifar10_cpu", SEEDS="0", POS="rope_axial", ARGS="ema_decay=0.999 test_flip=true", TAG="ema"
+    )
     result = recipes(env, "runs")
     assert result.returncode == 0, result.stderr
     (call,) = calls(tmp_path)
     assert call == (
-        f"train.py experiment=cifar10_cpu seed=0 run_name=cifar10_cpu_ema_seed0 paths.log_dir={logs} {QUIET} "
+        "train.py experiment=cifar10_cpu pos=rope_axial seed=0 run_name=cifar10_cpu_rope_axial_ema_seed0 "
+        f"paths.log_dir={logs} {QUIET} "
         "ema_decay=0.999 test_flip=true resume=true"
     )
     assert (version / "results.json").is_file() and not (tmp_path / "out").exists()  # runs: no tables
@@ -104,6 +108,8 @@ def test_an_interrupted_run_resumes_and_tagged_runs_have_their_own_names(tmp_pat
     [
         (dict(SEEDS="0,x"), "error: SEEDS=0,x must be comma-separated non-negative integers"),
         (dict(RECIPES="cifar10_cpu,nope"), "error: RECIPES: no configs/experiment/nope.yaml"),
+        (dict(POS="nope"), "error: POS=nope: no configs/pos/nope.yaml"),
+        (dict(POS="../model/vit_800k"), "error: POS=../model/vit_800k: no configs/pos/"),
         (dict(REACH="120"), "error: REACH=120 must be a validation accuracy in percent"),
         (dict(ARGS="test_flip=true"), 'error: ARGS="test_flip=true" needs TAG=<word>'),
         (dict(TAG="a b"), "error: TAG=a b must be one word"),
