@@ -93,10 +93,8 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
     figure.legend(handles=style_keys, loc="upper center", ncol=len(style_keys), fontsize=8, bbox_to_anchor=(0.5, 0.96))
     n = sorted({c["n"] for c in every_curve})
     on = f" on {max(subsets)} test images" if not per_subset and max(subsets) else ""
-    figure.suptitle(
-        f"Training-free conversions to larger inputs, no fine-tune{on} (mean ± std over {'/'.join(map(str, n))} seeds)",
-        fontsize=11,
-    )
+    seeds = "one seed, no spread" if n == [1] else f"mean ± std over {'/'.join(map(str, n))} seeds"
+    figure.suptitle(f"Training-free conversions to larger inputs, no fine-tune{on} ({seeds})", fontsize=11)
     figure.tight_layout(rect=(0, 0, 1, 1 - 0.75 / figure.get_figheight()))
     return figure
 
