@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
 from vitpos.compare import main
-from vitpos.compare.charts import extrapolation_figure
+from vitpos.compare.charts import extrapolation_figure, kept_figure
 from vitpos.compare.grouping import (
     epoch_curves,
     extrapolation_curves,
@@ -286,6 +286,15 @@ def test_best_conversions_table_names_each_sizes_best_conversion_and_its_share_o
         "| 30.00 ± 14.14 (43%) yarn, +5.00 over yarn + log temperature |" in table
     )
     assert "| 2d_sin | mixed 32-48-64px | 70.00 (32px) | 63.00 (90%) yarn | 56.00 (80%) yarn |" in table  # n=1, one
+    # kept.png: per variant, the best conversion's mean as a share of 1x, one bar colour per larger size
+    figure = kept_figure(extrapolation_curves(rows))
+    (axes,) = figure.axes
+    assert [tick.get_text() for tick in axes.get_xticklabels()] == ["2d_sin\nexact", "2d_sin\nmixed 32-48-64px"]
+    assert [text.get_text() for text in axes.get_legend().get_texts()] == ["48px", "64px"]
+    at48, at64 = ([round(bar.get_height(), 6) for bar in container] for container in axes.containers)
+    assert at48 == [round(100 * 54 / 70, 6), 90.0] and at64 == [round(100 * 30 / 70, 6), 80.0]
+    assert any(line.get_ydata()[0] == 100 for line in axes.lines)  # the 100% line
+    assert axes.get_ylim()[0] == 30 and "starts at 30%" in axes.get_title()  # 10 below the lowest share, 42.9%
 
 
 def test_runs_trained_low_name_each_evaluated_sizes_pixels_and_their_size_and_augmentation():

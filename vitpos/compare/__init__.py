@@ -24,11 +24,12 @@ setting and resize mode) when runs were evaluated at two or more sizes, and, for
 asked for an attention temperature (`resize_mode=all`, each `scripts/study.sh` run's extrapolation
 step), `extrapolation.md` (every conversion at every size, the best per scheme and size in bold;
 then each scheme's best conversion per size as a share of its 1x accuracy) and `extrapolation.png`
-(one panel per scheme, one line per conversion, fuzzy-trained twins in the same panel) instead of
-table columns. `ranking.md` ranks the groups trained at one size and not fine-tuned (written when
-there are some) by test accuracy, each with its gap to the next and whether the two are separated
-(their one-std bars do not overlap: gap > std + std); with `reference=` (a CSV of
-`pos,name,data,test_acc,source`, e.g. a published ablation, accuracies in percent) it joins each
+(one panel per scheme, one line per conversion, fuzzy-trained twins in the same panel) and `kept.png`
+(per scheme and training variant, the share of its 1x accuracy its best conversion keeps at each
+larger size) instead of table columns. `ranking.md` ranks the groups trained at one size and not
+fine-tuned (written when there are some) by test accuracy, each with its gap to the next and whether
+the two are separated (their one-std bars do not overlap: gap > std + std); with `reference=` (a CSV
+of `pos,name,data,test_acc,source`, e.g. a published ablation, accuracies in percent) it joins each
 scheme's published accuracy and rank beside ours, for runs of that data set. A run counts once it
 has finished (`results.json`).
 """

@@ -1,13 +1,14 @@
 """vitpos.compare's charts (matplotlib): test accuracy per group (compare.png), against evaluation
-size (transfer.png), per conversion to larger sizes (extrapolation.png) and validation accuracy per
-epoch (epochs.png). Accuracies are in percent, error bars and bands one std over seeds."""
+size (transfer.png), per conversion to larger sizes (extrapolation.png), the share of 1x accuracy
+the best conversion keeps (kept.png) and validation accuracy per epoch (epochs.png). Accuracies are
+in percent, error bars and bands one std over seeds."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..plots import pyplot
-from .grouping import curve_order, pixels_at, training_setting
+from .grouping import curve_order, pixels_at, ranked_conversions, training_setting
 
 
 def accuracy_chart(rows: list[dict], path: Path) -> None:
@@ -96,6 +97,50 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
     seeds = "one seed, no spread" if n == [1] else f"mean ± std over {'/'.join(map(str, n))} seeds"
     figure.suptitle(f"Training-free conversions to larger inputs, no fine-tune{on} ({seeds})", fontsize=11)
     figure.tight_layout(rect=(0, 0, 1, 1 - 0.75 / figure.get_figheight()))
+    return figure
+
+
+def kept_figure(curves: dict[str, list[dict]]):
+    """Bars: per scheme and training variant, the share of its 1x accuracy that its best training-free
+    conversion keeps at each size above its training size, one colour per size; a line at 100%."""
+    every_curve = [c for scheme_curves in curves.values() for c in scheme_curves]
+    heights = sorted({h for c in every_curve for h in c["heights"] if h > c["train_height"]})
+    variants = {c["variant"] for c in every_curve}
+    bars = []  # (label, {height: share in percent})
+    for scheme, scheme_curves in sorted(curves.items()):
+        for variant in sorted({c["variant"] for c in scheme_curves}):
+            one_x, ranked = ranked_conversions([c for c in scheme_curves if c["variant"] == variant], heights)
+            if one_x:
+                label = scheme if len(variants) == 1 else f"{scheme}\n{variant}"
+                bars.append((label, {h: 100 * pairs[0][0] / one_x for h, pairs in ranked.items()}))
+    figure, axes = pyplot().subplots(figsize=(max(8, 0.45 * len(bars) * max(2, len(heights))), 5))
+    width = 0.8 / max(1, len(heights))
+    for i, h in enumerate(heights):
+        x = [j + (i - (len(heights) - 1) / 2) * width for j, (_, shares) in enumerate(bars) if h in shares]
+        axes.bar(
+            x,
+            [shares[h] for _, shares in bars if h in shares],
+            width,
+            color=f"C{i % 10}",
+            alpha=0.85,
+            label=" ".join(filter(None, [f"{h}px", pixels_at(h, every_curve)])),
+        )
+    axes.axhline(100, color="0.3", linewidth=1, linestyle="--")
+    # the shares of interest lie near 100%: the axis starts 10 points below the lowest, at a multiple of 10
+    lowest = min((share for _, shares in bars for share in shares.values()), default=0)
+    bottom = max(0, 10 * (lowest // 10) - 10)
+    axes.set_ylim(bottom, max(110, max((v for _, sh in bars for v in sh.values()), default=0) + 5))
+    axes.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=7, rotation=30, ha="right")
+    axes.set_ylabel("% of 1x accuracy kept")
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend(fontsize=8, title="evaluated at", title_fontsize=8, loc="lower right")
+    n = sorted({c["n"] for c in every_curve})
+    seeds = "one seed" if n == [1] else f"means over {'/'.join(map(str, n))} seeds"
+    note = f"; the axis starts at {bottom:.0f}%" if bottom else ""
+    axes.set_title(
+        f"Share of 1x accuracy kept by each scheme's best training-free conversion ({seeds}{note})", fontsize=10
+    )
+    figure.tight_layout()
     return figure
 
 

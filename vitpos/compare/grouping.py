@@ -307,6 +307,27 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     return curves
 
 
+def ranked_conversions(
+    curves: list[dict], heights: list[int]
+) -> tuple[float | None, dict[int, list[tuple[float, dict]]]]:
+    """One training variant's `curves` -> its 1x mean (the best curve at its training size; None if not
+    evaluated there) and, at each of `heights` other than its training size, its conversions as
+    (mean, curve) pairs, best first (no entry where none was evaluated)."""
+    train_height = curves[0]["train_height"]
+    one_x = max(
+        (c["means"][c["heights"].index(train_height)] for c in curves if train_height in c["heights"]),
+        default=None,
+    )
+    ranked = {}
+    for h in heights:
+        at_h = sorted(
+            ((c["means"][c["heights"].index(h)], c) for c in curves if h in c["heights"]), key=lambda pair: -pair[0]
+        )
+        if h != train_height and at_h:
+            ranked[h] = at_h
+    return one_x, ranked
+
+
 def curve_order(curve: dict) -> tuple:
     """The order of a scheme's curves in the table and the chart: variant, mode, temperature, subset."""
     return curve["variant"], curve["mode"], curve["temperature"] == "log", curve["images"] or 0

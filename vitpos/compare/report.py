@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from ..model import image_size
 from ..plots import pyplot
 from ..runs import RESULTS_FILE, check_out_folder
-from .charts import accuracy_chart, epoch_chart, extrapolation_figure, minutes_chart, transfer_chart
+from .charts import accuracy_chart, epoch_chart, extrapolation_figure, kept_figure, minutes_chart, transfer_chart
 from .grouping import (
     accuracy_columns,
     epoch_curves,
@@ -161,7 +161,7 @@ def write_transfer(out: Path, rows: list[dict]) -> list[Path]:
 
 
 def write_extrapolation(out: Path, rows: list[dict]) -> list[Path]:
-    """extrapolation.md and .png where groups were evaluated with an asked-for temperature."""
+    """extrapolation.md and .png, and kept.png, where groups were evaluated with an asked-for temperature."""
     conversions = extrapolation_curves(rows)
     if not conversions:
         return []
@@ -170,10 +170,13 @@ def write_extrapolation(out: Path, rows: list[dict]) -> list[Path]:
         + "\nThe best conversion at each size:\n\n"
         + best_conversions_table(conversions)
     )
-    figure = extrapolation_figure(conversions)
-    figure.savefig(out / "extrapolation.png", dpi=110)
-    pyplot().close(figure)
-    return [out / "extrapolation.md", out / "extrapolation.png"]
+    written = [out / "extrapolation.md"]
+    for name, draw in (("extrapolation.png", extrapolation_figure), ("kept.png", kept_figure)):
+        figure = draw(conversions)
+        figure.savefig(out / name, dpi=110)
+        pyplot().close(figure)
+        written.append(out / name)
+    return written
 
 
 def write_epochs(out: Path, runs: list[dict]) -> list[Path]:

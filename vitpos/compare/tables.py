@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import markdown
 from ..runs import FUZZY_SUFFIX
-from .grouping import curve_order, lrs_differ, pixels_at, recipe_differences
+from .grouping import curve_order, lrs_differ, pixels_at, ranked_conversions, recipe_differences
 
 
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
@@ -215,21 +215,13 @@ def size_header(height: int, curves: list[dict]) -> str:
 def _best_conversions(curves: list[dict], heights: list[int]) -> list[str]:
     """The cells of `best_conversions_table` for one training variant's `curves`: its 1x accuracy,
     then its best conversion at each of `heights` ("-" at its training size)."""
-    train_height = curves[0]["train_height"]
-    one_x = max(
-        (c["means"][c["heights"].index(train_height)] for c in curves if train_height in c["heights"]),
-        default=None,
-    )
-    cells = [f"{100 * one_x:.2f} ({train_height}px)" if one_x is not None else "-"]
+    one_x, ranked = ranked_conversions(curves, heights)
+    cells = [f"{100 * one_x:.2f} ({curves[0]['train_height']}px)" if one_x is not None else "-"]
     for h in heights:
-        at_h = sorted(
-            ((c["means"][c["heights"].index(h)], c) for c in curves if h in c["heights"]),
-            key=lambda pair: -pair[0],
-        )
-        if h == train_height or not at_h:
+        if h not in ranked:
             cells.append("-")
             continue
-        (mean, best), runner_up = at_h[0], at_h[1:2]
+        (mean, best), runner_up = ranked[h][0], ranked[h][1:2]
         share = f" ({100 * mean / one_x:.0f}%)" if one_x else ""
         lead = f", +{100 * (mean - runner_up[0][0]):.2f} over {_conversion_name(runner_up[0][1])}" if runner_up else ""
         cells.append(f"{_accuracy_at(best, h)}{share} {_conversion_name(best)}{lead}")
