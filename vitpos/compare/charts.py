@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..plots import pyplot
-from .grouping import curve_order, pixels_at, ranked_conversions, training_setting
+from .grouping import curve_order, every_curve, pixels_at, ranked_conversions, size_header, training_setting
 
 
 def accuracy_chart(rows: list[dict], path: Path) -> None:
@@ -77,10 +77,10 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
 
     # a legend entry per line would cover a panel once a scheme has twins (24 lines for three variants
     # of four modes): colours are keyed per panel, styles and markers once for the figure
-    every_curve = [c for scheme_curves in curves.values() for c in scheme_curves]
-    variants = sorted({c["variant"] for c in every_curve})
+    every = every_curve(curves)
+    variants = sorted({c["variant"] for c in every})
     markers = dict(zip(variants, "oxs^Dv*P"))
-    subsets = {c["images"] or 0 for c in every_curve}  # 0: the whole split
+    subsets = {c["images"] or 0 for c in every}  # 0: the whole split
     per_subset = len(subsets) > 1  # the colours name each curve's subset; otherwise the title names it
     # a single panel still holds the title, and 0.6 inch above the panels hold the figure's legend
     figure, panels = _scheme_panels(len(curves), panel_width=4.2, panel_height=3.6, above=0.6)
@@ -92,7 +92,7 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
         *(Line2D([], [], color="0.3", linestyle="none", marker=markers[v], label=f"trained {v}") for v in variants),
     ]
     figure.legend(handles=style_keys, loc="upper center", ncol=len(style_keys), fontsize=8, bbox_to_anchor=(0.5, 0.96))
-    n = sorted({c["n"] for c in every_curve})
+    n = sorted({c["n"] for c in every})
     on = f" on {max(subsets)} test images" if not per_subset and max(subsets) else ""
     seeds = "one seed, no spread" if n == [1] else f"mean ± std over {'/'.join(map(str, n))} seeds"
     figure.suptitle(f"Training-free conversions to larger inputs, no fine-tune{on} ({seeds})", fontsize=11)
@@ -103,9 +103,9 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
 def kept_figure(curves: dict[str, list[dict]]):
     """Bars: per scheme and training variant, the share of its 1x accuracy that its best training-free
     conversion keeps at each size above its training size, one colour per size; a line at 100%."""
-    every_curve = [c for scheme_curves in curves.values() for c in scheme_curves]
-    heights = sorted({h for c in every_curve for h in c["heights"] if h > c["train_height"]})
-    variants = {c["variant"] for c in every_curve}
+    every = every_curve(curves)
+    heights = sorted({h for c in every for h in c["heights"] if h > c["train_height"]})
+    variants = {c["variant"] for c in every}
     bars = []  # (label, {height: share in percent})
     for scheme, scheme_curves in sorted(curves.items()):
         for variant in sorted({c["variant"] for c in scheme_curves}):
@@ -123,18 +123,18 @@ def kept_figure(curves: dict[str, list[dict]]):
             width,
             color=f"C{i % 10}",
             alpha=0.85,
-            label=" ".join(filter(None, [f"{h}px", pixels_at(h, every_curve)])),
+            label=size_header(h, every),
         )
     axes.axhline(100, color="0.3", linewidth=1, linestyle="--")
     # the shares of interest lie near 100%: the axis starts 10 points below the lowest, at a multiple of 10
-    lowest = min((share for _, shares in bars for share in shares.values()), default=0)
-    bottom = max(0, 10 * (lowest // 10) - 10)
-    axes.set_ylim(bottom, max(110, max((v for _, sh in bars for v in sh.values()), default=0) + 5))
+    every_share = [share for _, shares in bars for share in shares.values()]
+    bottom = max(0, 10 * (min(every_share, default=0) // 10) - 10)
+    axes.set_ylim(bottom, max(110, max(every_share, default=0) + 5))
     axes.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=7, rotation=30, ha="right")
     axes.set_ylabel("% of 1x accuracy kept")
     axes.grid(axis="y", alpha=0.3)
     axes.legend(fontsize=8, title="evaluated at", title_fontsize=8, loc="lower right")
-    n = sorted({c["n"] for c in every_curve})
+    n = sorted({c["n"] for c in every})
     seeds = "one seed" if n == [1] else f"means over {'/'.join(map(str, n))} seeds"
     note = f"; the axis starts at {bottom:.0f}%" if bottom else ""
     axes.set_title(

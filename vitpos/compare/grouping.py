@@ -227,6 +227,16 @@ def pixels_at(height: int, curves: list[dict]) -> str:
     return pixels_label(height, [int(side) for side in native.pop().split("x")])
 
 
+def size_header(height: int, curves: list[dict]) -> str:
+    """`32px`, or `32px native` / `48px upsampled` where the curves name their data's size (`pixels_at`)."""
+    return " ".join(filter(None, [f"{height}px", pixels_at(height, curves)]))
+
+
+def every_curve(curves: dict[str, list[dict]]) -> list[dict]:
+    """{scheme: [curve]} -> every curve of every scheme."""
+    return [c for scheme_curves in curves.values() for c in scheme_curves]
+
+
 def transfer_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows -> {scheme: [curve]}, a curve per group and resize mode evaluated at >= 2 sizes:
     `label`, `setting` (how it was trained), `mode` ("" for the scheme's default), `heights`, `means`,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .. import markdown
 from ..runs import FUZZY_SUFFIX
-from .grouping import curve_order, lrs_differ, pixels_at, ranked_conversions, recipe_differences
+from .grouping import curve_order, every_curve, lrs_differ, ranked_conversions, recipe_differences, size_header
 
 
 def markdown_table(rows: list[dict], accuracies: list[str]) -> str:
@@ -201,15 +201,6 @@ def best_conversions_table(curves: dict[str, list[dict]]) -> str:
             body.append([scheme, variant, *_best_conversions(variant_curves, heights)])
     header = ["scheme", "trained", "1x", *(f"best at {size_header(h, every)} (% of 1x)" for h in heights)]
     return markdown.table(header, body, align="llr")
-
-
-def every_curve(curves: dict[str, list[dict]]) -> list[dict]:
-    return [c for scheme_curves in curves.values() for c in scheme_curves]
-
-
-def size_header(height: int, curves: list[dict]) -> str:
-    """`32px`, or `32px native` / `48px upsampled` where the curves name their data's size (`pixels_at`)."""
-    return " ".join(filter(None, [f"{height}px", pixels_at(height, curves)]))
 
 
 def _best_conversions(curves: list[dict], heights: list[int]) -> list[str]:
