@@ -10,6 +10,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -452,6 +453,27 @@ def test_a_copied_run_keeps_its_own_finish_time_precision_and_device(three_runs,
     assert row["finished"] == results["finished_at"] and row["finished"] > "2026"
     assert row["precision"] == results["precision"] == "32-true"  # tiny_overrides train in fp32
     assert row["device"] == results["device"] and row["device"].startswith("CPU ")
+
+
+def test_a_copied_run_without_its_finish_time_takes_its_last_logged_scalars_time(three_runs, tmp_path):
+    """A run saved before results.json recorded its time: runs.csv takes the time its last training
+    scalar was logged, so a checkout's file times never rewrite the table."""
+    copy = tmp_path / "archive" / "run" / "version_0"
+    shutil.copytree(three_runs[0]["log_dir"], copy)
+    results = json.loads((copy / RESULTS_FILE).read_text())
+    finished_at = datetime.fromisoformat(results.pop("finished_at"))
+    (copy / RESULTS_FILE).write_text(json.dumps(results))
+    finished = []
+    for file_time in (0, 10**9):  # two checkouts, 1970 and 2001
+        for path in copy.iterdir():
+            os.utime(path, (file_time, file_time))
+        compare(tmp_path / "archive", out=tmp_path / "out")
+        with open(tmp_path / "out" / "runs.csv") as f:
+            (row,) = csv.DictReader(f)
+        finished.append(row["finished"])
+    assert finished[0] == finished[1]
+    # the last scalar is logged at the fit's end, before results.json; a second of the file name's rounding
+    assert timedelta(0) <= finished_at - datetime.fromisoformat(finished[0]) < timedelta(seconds=30)
 
 
 def test_images_per_second_is_the_runs_own_figure(three_runs, tmp_path):

@@ -155,10 +155,29 @@ def run_record(run: Path, results: dict, series: dict[str, dict[int, tuple]]) ->
         fit_minutes=round(results["fit_seconds"] / 60, 2) if "fit_seconds" in results else "",
         precision=results.get("precision", ""),
         device=results.get("device", ""),
-        # results.json's own time (older runs: its file's, which a git checkout resets)
+        # results.json's own time; older runs: their last training scalar's; runs without event files:
+        # results.json's file time, which a git checkout resets
         finished=results.get("finished_at")
+        or last_logged_time(run, series)
         or datetime.fromtimestamp((run / RESULTS_FILE).stat().st_mtime).isoformat(timespec="seconds"),
     )
+
+
+def last_logged_time(run: Path, series: dict[str, dict[int, tuple]]) -> str | None:
+    """When the run logged its last training scalar (evaluate's transfer scalars left out): its first
+    event file's creation time, which the file's name holds, plus that scalar's minutes. It survives a
+    copy, unlike file times. None: no event file or no timed scalar."""
+    created = [int(p.name.split(".")[3]) for p in run.glob("events.out.tfevents.*")]
+    minutes = [
+        t
+        for tag, points in series.items()
+        if not tag.startswith(RESOLUTION_TAG)
+        for _, t in points.values()
+        if t is not None
+    ]
+    if not created or not minutes:
+        return None
+    return datetime.fromtimestamp(min(created) + max(minutes) * 60).isoformat(timespec="seconds")
 
 
 def _values(series: dict[str, dict[int, tuple]], tag: str) -> list[float]:
