@@ -47,6 +47,9 @@
 # RESULTS (default docs/results) is where `tables` writes and ARCHIVE lies, so a study can run from
 # another checkout of the same code (RESULTS=<checkout>/docs/results) while this one is edited.
 # A study run uses 2 processes (both cores of a 2-core CPU): one study.sh trains into a LOGS at a time.
+# RUNS_AT_ONCE=2 trains two runs at once instead, each as one process of one thread with the recipe's global
+# batch (the same optimisation: tests/test_ddp.py). It pays where a step is short, e.g. the native study's
+# 16 px runs (docs/PERFORMANCE.md); a run interrupted in one layout resumes in it.
 set -euo pipefail
 # every scheme of configs/pos/ (run from the repository root), comma-separated
 every_scheme() { local file names=(); for file in configs/pos/*.yaml; do file=${file##*/}; names+=("${file%.yaml}"); done; (IFS=,; echo "${names[*]}"); }
@@ -110,6 +113,7 @@ PUBLISHED_SEEDS=${PUBLISHED_SEEDS:-0}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
 EXTRAP_LIMIT=${EXTRAP_LIMIT:-2000}  # 3x costs ~9x the tokens of 1x per image: a fixed random fifth of the test split
+RUNS_AT_ONCE=${RUNS_AT_ONCE:-1}    # runs trained at the same time, each one process (1: each run uses every core)
 STATUS=""    # set by the status step: each run reports its state instead of running
 RESULTS=${RESULTS:-docs/results}
 ARCHIVE=${ARCHIVE:-$RESULTS/study_logs}
@@ -157,6 +161,9 @@ for variable in NATIVE_SCHEMES NATIVE_RRC_SCHEMES; do check_schemes "$variable";
 check_seeds NATIVE_FINETUNE_SEEDS
 [[ $EXTRAP_LIMIT =~ ^[1-9][0-9]{0,8}$ ]] ||
   refuse "EXTRAP_LIMIT=$EXTRAP_LIMIT must be a positive number of test images, e.g. EXTRAP_LIMIT=2000"
+if ! [[ $RUNS_AT_ONCE =~ ^[1-9][0-9]{0,3}$ ]] || (( RUNS_AT_ONCE > $(nproc) )); then
+  refuse "RUNS_AT_ONCE=$RUNS_AT_ONCE must be a number of runs from 1 to the $(nproc) cores, e.g. RUNS_AT_ONCE=2"
+fi
 [ -z "${CIFAR10_ROOT:-}" ] || [ -e "$CIFAR10_ROOT" ] ||
   refuse "CIFAR10_ROOT=$CIFAR10_ROOT does not exist; pass the CIFAR-10 archive, folder or image tree, or unset it"
 case ${1:-all} in runs|fuzzy|mixed|long|published|native|park|tables|all|status) ;;
@@ -177,7 +184,18 @@ resume_arg() { local v; v=$(latest "$1"); [ -n "$v" ] && [ -f "$v/checkpoints/la
 # shellcheck disable=SC2012  # run folders and checkpoints: names vitpos writes
 best() { ls "$1"/version_*/checkpoints/best-*.ckpt | sort -V | tail -n 1; }
 version_of() { dirname "$(dirname "$(best "$1")")"; }    # the version folder that holds a run's best checkpoint
-say() { echo "[study $(date +%H:%M:%S)] $*"; }
+# the process layout a run trains with: a resumed run's own (its config.yaml: it continues as it started);
+# with RUNS_AT_ONCE > 1 a new run's is one process of the recipe's global batch; else the recipe's (no words)
+layout() {  # experiment, run folder
+  local saved=""
+  [ -z "$(resume_arg "$2")" ] || saved=$(latest "$2")/config.yaml
+  if [ -f "$saved" ]; then python scripts/process_layout.py saved "$saved"
+  elif (( RUNS_AT_ONCE > 1 )); then python scripts/process_layout.py recipe "$1"; fi
+}
+# with RUNS_AT_ONCE > 1: true for the one copy that takes the run (mkdir is atomic); a lone study.sh takes all
+claim() { [ -z "$WORKER" ] || mkdir "$CLAIMS/${1//\//%}" 2> /dev/null; }
+WORKER=""    # with RUNS_AT_ONCE > 1: this copy's number, in its lines
+say() { echo "[study $(date +%H:%M:%S)${WORKER:+ worker $WORKER}] $*"; }
 two_modes() { [[ $TWO_MODES == *" $1 "* ]]; }
 listed() { [[ ,$2, == *",$1,"* ]]; }    # item, comma-separated list
 
@@ -291,20 +309,21 @@ study_run() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc),
     else report "to do" "$run"; fi
     return
   fi
+  claim "$run" || return 0    # another copy trains it
   if ! finished "$LOGS/$run"; then
     say "train $LOGS/$run"
-    # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg)
+    # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg), $(layout)
     python train.py experiment="$experiment" pos="$pos" seed="$seed" paths.log_dir="$log_dir" $DATA_ARGS $QUIET "${args[@]}" \
-      $(resume_arg "$LOGS/$run")
+      $(resume_arg "$LOGS/$run") $(layout "$experiment" "$LOGS/$run")
     finished "$LOGS/$run" || { echo "error: training left no results.json and best checkpoint in $LOGS/$run" >&2; exit 1; }
   fi
   evaluate "$LOGS/$run" "${steps[@]}"
   if [ -n "$finetuned" ] && ! archived "$finetuned"; then
     if ! finished "$LOGS/$finetuned"; then
       say "fine-tune $LOGS/$run at $ft_size"
-      # shellcheck disable=SC2086  # none or several words: $DATA_ARGS, $QUIET
+      # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(layout)
       python train.py experiment=$FT_EXPERIMENT pos="$pos" seed="$seed" paths.log_dir="$log_dir" $DATA_ARGS $QUIET \
-        "${ft_args[@]}" finetune_from="$(best "$LOGS/$run")"
+        "${ft_args[@]}" finetune_from="$(best "$LOGS/$run")" $(layout "$FT_EXPERIMENT" "$LOGS/$finetuned")
     fi
     archive "$finetuned"
   fi
@@ -366,6 +385,19 @@ every_run() {  # what `all` trains, in its order
   native    # after the 32 px study: the native study is read against its upsampled transfer
 }
 
+CLAIMS=$LOGS/.claims
+in_copies() {  # step: with RUNS_AT_ONCE > 1, that many copies of it at once, each taking the next run none has
+               # claimed, with the cores shared out as threads; else the step itself
+  if (( RUNS_AT_ONCE == 1 )); then "$1"; return; fi
+  local worker pids=() failed=0 pid
+  rm -rf "$CLAIMS" && mkdir -p "$CLAIMS"    # one study.sh per LOGS (the lock): earlier claims are stale
+  export OMP_NUM_THREADS=$(( $(nproc) / RUNS_AT_ONCE ))
+  for (( worker = 1; worker <= RUNS_AT_ONCE; worker++ )); do (WORKER=$worker; "$1") & pids+=("$!"); done
+  for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+  rm -rf "$CLAIMS"
+  return "$failed"
+}
+
 tables() {
   local study
   for study in $EXPERIMENT $FT_EXPERIMENT $LONG_EXPERIMENT $PUBLISHED_EXPERIMENT; do
@@ -387,15 +419,10 @@ if [[ " runs fuzzy mixed long published native park all " == *" ${1:-all} "* ]];
   flock -n 9 || { echo "error: another study.sh is training into $LOGS; wait for it, or give this one another LOGS=" >&2; exit 2; }
 fi
 case ${1:-all} in
-  runs) runs ;;
-  fuzzy) fuzzy ;;
-  mixed) mixed ;;
-  long) long ;;
-  published) published ;;
-  native) native ;;
+  runs|fuzzy|mixed|long|published|native) in_copies "$1" ;;
   park) park ;;
   tables) tables ;;
-  all) every_run
+  all) in_copies every_run
        tables ;;
   status) STATUS=1
           if [ -e "$LOGS/.study.lock" ] && ! flock -n "$LOGS/.study.lock" true; then

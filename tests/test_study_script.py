@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 FAKE_PYTHON = r"""#!/usr/bin/env bash
+if [ "$1" = scripts/process_layout.py ]; then echo "layout-$2=${3##*/}"; exit 0; fi  # names what it was asked
 echo "$*" >> "$CALLS"
+echo "${OMP_NUM_THREADS:--} $(date +%s.%N) start $*" >> "$CALLS.times"
 declare -A arg
 for word in "$@"; do [[ $word == *=* ]] && arg[${word%%=*}]=${word#*=}; done
 if [ "$1" = train.py ]; then
@@ -31,10 +34,12 @@ if [ "$1" = train.py ]; then
   if [ -n "${arg[resume]:-}" ]; then version=$(ls -d "$run"/version_* | tail -n 1); else
     version=$run/version_$(ls -d "$run"/version_* 2> /dev/null | wc -l); fi
   mkdir -p "$version/checkpoints"
+  sleep "${FAKE_TRAIN_SECONDS:-0}"
   touch "$version/results.json" "$version/events.out.tfevents.1.vm" "$version/checkpoints/best-epoch1-step9.ckpt"
 else
   mkdir -p "${arg[out]}" && touch "${arg[out]}/resolution.csv"
 fi
+echo "${OMP_NUM_THREADS:--} $(date +%s.%N) end $*" >> "$CALLS.times"
 """
 QUIET = "trainer.enable_progress_bar=false callbacks.figures=null"
 
@@ -330,6 +335,8 @@ BAD_VALUES = {  # family (how a variable's name ends) -> (a bad value, words of 
     "SIZES": [("[32,0]", "must be lists of positive sizes in brackets"), ("32,48", "must be lists of positive sizes")],
     "LIMIT": [("0", "must be a positive number of test images"), ("2k", "must be a positive number of test images")],
     "DATASET": [("imagenet", "is not a study; use DATASET=cifar10 or DATASET=fmnist")],
+    "AT_ONCE": [("0", "must be a number of runs from 1 to the"), ("10000", "must be a number of runs from 1 to the"),
+                ("two", "must be a number of runs")],
 }  # fmt: skip
 FREE = {"LOGS", "RESULTS", "ARCHIVE", "PARKED"}  # folders: any path
 
@@ -457,3 +464,61 @@ def test_tables_write_the_native_study_apart_from_the_32px_study(tmp_path):
         f"-m vitpos.compare {results}/study_logs/native/cifar10_study out={results}/cifar10_native",
         f"-m vitpos.compare {results}/study_logs/native/cifar10_finetune out={results}/cifar10_native_finetune",
     ]
+
+
+def test_runs_at_once_trains_each_run_once_as_one_process_at_the_same_time(tmp_path):
+    settings = dict(NATIVE_SCHEMES="2d_sin,cpe", NATIVE_SIZES="16:0,1", NATIVE_RRC_SCHEMES="cpb")
+    (tmp_path / "alone").mkdir()
+    alone = study(tmp_path / "alone", fake_env(tmp_path / "alone", **settings), "native")
+    env = fake_env(tmp_path, RUNS_AT_ONCE="2", FAKE_TRAIN_SECONDS="0.5", **settings)
+    result = subprocess.run(["bash", "scripts/study.sh", "native"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    layouts = {"cifar10_study": "layout-recipe=cifar10_study", "cifar10_finetune": "layout-recipe=cifar10_finetune"}
+    trains = [c for c in calls if c.startswith("train.py")]
+    # every run of a lone study.sh, once, each with the one-process layout of its recipe
+    assert all(c.endswith(" " + layouts[c.split("experiment=")[1].split()[0]]) for c in trains)
+    assert sorted(c.rsplit(" ", 1)[0].replace(str(tmp_path), "") for c in trains) == sorted(
+        c.replace(str(tmp_path / "alone"), "") for c in alone if c.startswith("train.py")
+    )
+    assert len([c for c in calls if c.startswith("-m vitpos.evaluate")]) == len(trains) - 2  # 2 fine-tunes
+    # one thread each, two trainings at the same time, each copy naming itself
+    times = [line.split(" ", 3) for line in (tmp_path / "calls.times").read_text().splitlines()]
+    assert {threads for threads, *_ in times} == {"1"}
+    spans = {}
+    for _, when, _, call in times:
+        if call.startswith("train.py"):
+            spans.setdefault(call, []).append(float(when))
+    assert any(a[0] < b[1] and b[0] < a[1] for a in spans.values() for b in spans.values() if a is not b)
+    assert "worker 1] train" in result.stdout and "worker 2] train" in result.stdout
+    assert not (tmp_path / "logs" / ".claims").exists()
+    assert study(tmp_path, env, "native") == calls  # all done
+
+
+def test_an_interrupted_run_resumes_in_the_layout_it_started_with(tmp_path):
+    run = tmp_path / "logs" / "native" / "cifar10_study" / "cpe_cifar10_16px_seed1"
+    make_run(run / "version_0", "config.yaml", "checkpoints/last.ckpt")
+    for at_once in ("1", "2"):
+        env = fake_env(tmp_path, NATIVE_SCHEMES="cpe", NATIVE_SIZES="16:1", NATIVE_RRC_SCHEMES="", RUNS_AT_ONCE=at_once)
+        (train,) = [c for c in study(tmp_path, env, "native") if c.startswith("train.py")]
+        assert train.endswith("img_size=16 resume=true layout-saved=config.yaml")
+        shutil.rmtree(tmp_path / "results")  # not done: it trains again from the same interrupted folder
+        shutil.rmtree(run / "version_1", ignore_errors=True)
+        (tmp_path / "calls").unlink()
+        (run / "version_0" / "results.json").unlink()
+
+
+def test_process_layout_trains_a_recipe_as_one_process_of_its_global_batch(tmp_path):
+    def layout(*args):
+        result = subprocess.run(
+            [sys.executable, "scripts/process_layout.py", *args], cwd=ROOT, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    # cifar10_study: trainer=cpu_ddp, 2 processes of 64 images
+    assert layout("recipe", "cifar10_study") == "trainer.devices=1 trainer.strategy=auto data.batch_size=128"
+    assert layout("recipe", "cifar10_finetune") == "trainer.devices=1"  # trainer=default: the batch is global
+    config = tmp_path / "config.yaml"
+    config.write_text("trainer:\n  devices: 2\n  strategy: ddp\ndata:\n  batch_size: 64\n")
+    assert layout("saved", str(config)) == "trainer.devices=2 trainer.strategy=ddp data.batch_size=64"
