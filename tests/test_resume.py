@@ -182,6 +182,30 @@ def test_interrupted_run_resumes_bit_identically(
     assert [after_resume[line.split()[0]] for line in full_batches[step:]] == full_batches[step:]
 
 
+@pytest.mark.slow
+def test_a_sigterm_while_testing_keeps_the_finished_training_and_resume_only_tests_it(uninterrupted, tmp_path):
+    """A pre-emption after fit, while the best checkpoint is tested: last.ckpt stays the finished
+    training's, the run says so and exits like any pre-emption, and resume=true tests it. (The test
+    holds the best checkpoint's weights and progress: saved as last.ckpt, they would count that
+    checkpoint's images and minutes twice.)"""
+    _, (full_step, full_weights), _ = uninterrupted
+    run = ["run_name=t", "test_after_fit=true"]
+    first = train_py(tmp_path, *run, "+callbacks.stop._target_=interrupt.InterruptAtTest")
+    assert first.returncode == EXIT_PREEMPTED, first.stderr[-2000:]
+    last = Path("logs", "t", "version_0", "checkpoints", "last.ckpt")
+    assert f"pre-empted: SIGTERM while testing, after training finished at step 12: {last} holds it" in first.stderr
+    assert "Traceback" not in first.stderr and not (tmp_path / "logs" / "t" / "version_0" / "results.json").exists()
+    step, weights = final_state(tmp_path, "t")
+    assert step == full_step == 12 and all(torch.equal(full_weights[k], weights[k]) for k in full_weights)
+    saved = torch.load(tmp_path / last, weights_only=False)[PROGRESS_KEY]
+    assert saved["images"] == 12 * 64
+    second = train_py(tmp_path, *run, "resume=true")
+    assert second.returncode == 0, second.stderr[-2000:]
+    results = json.loads((tmp_path / "logs" / "t" / "version_0" / "results.json").read_text())
+    assert results["images_trained"] == 12 * 64 and results["fit_seconds"] >= round(saved["fit_seconds"], 1)
+    assert 0 <= results["test/acc"] <= 1
+
+
 def best_checkpoint_state(checkpoint: Path) -> tuple[str, float]:
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
     (state,) = [v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint")]

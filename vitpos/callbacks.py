@@ -15,6 +15,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from torchmetrics.classification import MulticlassAccuracy
@@ -152,7 +153,9 @@ class LastCheckpoint(L.Callback):
         trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException):
+        # while fitting only: the test after fit holds the best checkpoint's weights and progress, and
+        # the end of fit has saved the finished training
+        if isinstance(exception, SIGTERMException) and trainer.state.fn == TrainerFn.FITTING:
             trainer.save_checkpoint(self.path, weights_only=False)  # the full state: resumable
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -127,6 +128,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
                 start_run(cfg, trainer, module, datamodule, trained_size, params)
             started = time.perf_counter()
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
+        # in the try: a SIGTERM while the best checkpoint is tested is a pre-emption too
+        return finish_run(cfg, trainer, module, datamodule, params, round(time.perf_counter() - started, 1))
     except BaseException as error:
         if claimed and (trainer is None or trainer.global_step == 0):
             remove_run_folder(claimed, created)  # a run that never trained leaves nothing behind
@@ -134,7 +137,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if reason is None:
             raise
         raise reason from None
-    return finish_run(cfg, trainer, module, datamodule, params, round(time.perf_counter() - started, 1))
 
 
 @contextlib.contextmanager
@@ -167,6 +169,11 @@ def stop_reason(error: BaseException, trainer: L.Trainer | None) -> Exception | 
         saved = [c.path for c in (trainer.callbacks if trainer is not None else []) if isinstance(c, LastCheckpoint)]
         if not (saved and saved[0] and Path(saved[0]).is_file()):
             return Preempted(f"SIGTERM at step {step}, before anything to resume was saved; run the command again")
+        if trainer.state.fn == TrainerFn.TESTING:  # after fit: its last.ckpt is the finished training
+            return Preempted(
+                f"SIGTERM while testing, after training finished at step {step}: {saved[0]} holds it; "
+                f"continue with resume=true to test it"
+            )
         return Preempted(f"SIGTERM at step {step}: saved {saved[0]}; continue with resume=true")
     text = str(error)
     lost = isinstance(error, torch.distributed.DistError) or (

@@ -82,3 +82,13 @@ class SignalWhenBuilt(L.Callback):
 
     def __init__(self, signal_name: str = "SIGTERM"):
         os.kill(os.getpid(), getattr(signal, signal_name))
+
+
+class InterruptAtTest(L.Callback):
+    """Sends the signal while the run tests its best checkpoint, after training has finished."""
+
+    def __init__(self, signal_name: str = "SIGTERM"):
+        self.signal = getattr(signal, signal_name)
+
+    def on_test_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        os.kill(os.getpid(), self.signal)
