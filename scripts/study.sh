@@ -426,7 +426,7 @@ case ${1:-all} in
        tables ;;
   status) STATUS=1
           if [ -e "$LOGS/.study.lock" ] && ! flock -n "$LOGS/.study.lock" true; then
-            echo "a study.sh is training into $LOGS now (its current run shows as interrupted or trained)"
+            echo "a study.sh is training into $LOGS now (the runs it trains show as interrupted or trained)"
           fi
           every_run
           total=0; for state in "${!COUNT[@]}"; do total=$(( total + COUNT[$state] )); done
