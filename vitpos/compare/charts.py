@@ -133,7 +133,8 @@ def kept_figure(curves: dict[str, list[dict]]):
     axes.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=7, rotation=30, ha="right")
     axes.set_ylabel("% of 1x accuracy kept")
     axes.grid(axis="y", alpha=0.3)
-    axes.legend(fontsize=8, title="evaluated at", title_fontsize=8, loc="lower right")
+    # beside the axes: inside, it would hide the last bars
+    axes.legend(fontsize=8, title="evaluated at", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     n = sorted({c["n"] for c in every})
     seeds = "one seed" if n == [1] else f"means over {'/'.join(map(str, n))} seeds"
     note = f"; the axis starts at {bottom:.0f}%" if bottom else ""
