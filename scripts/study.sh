@@ -301,7 +301,6 @@ study_run() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc),
     [ -z "$STATUS" ] || report "done" "$run"
     return    # done: its results are in the archive
   fi
-  [ -n "$STATUS" ] || unpark "$run"
   if [ -n "$STATUS" ]; then
     if [ -d "$PARKED/$run" ] && [ -z "$(latest "$LOGS/$run")" ]; then report parked "$run" "(continues from $PARKED)"
     elif finished "$LOGS/$run"; then report trained "$run" "(in $LOGS: its evaluations, fine-tune or archive to run)"
@@ -310,6 +309,7 @@ study_run() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc),
     return
   fi
   claim "$run" || return 0    # another copy trains it
+  unpark "$run"
   if ! finished "$LOGS/$run"; then
     say "train $LOGS/$run"
     # shellcheck disable=SC2046,SC2086  # none or several words: $DATA_ARGS, $QUIET, $(resume_arg), $(layout)
