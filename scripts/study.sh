@@ -389,10 +389,12 @@ CLAIMS=$LOGS/.claims
 in_copies() {  # step: with RUNS_AT_ONCE > 1, that many copies of it at once, each taking the next run none has
                # claimed, with the cores shared out as threads; else the step itself
   if (( RUNS_AT_ONCE == 1 )); then "$1"; return; fi
-  local worker pids=() failed=0 pid
+  local worker pids=() failed=0 pid threads=$(( $(nproc) / RUNS_AT_ONCE ))
   rm -rf "$CLAIMS" && mkdir -p "$CLAIMS"    # one study.sh per LOGS (the lock): earlier claims are stale
-  export OMP_NUM_THREADS=$(( $(nproc) / RUNS_AT_ONCE ))
-  for (( worker = 1; worker <= RUNS_AT_ONCE; worker++ )); do (WORKER=$worker; "$1") & pids+=("$!"); done
+  # the threads in each copy only: `all`'s tables afterwards keep every core
+  for (( worker = 1; worker <= RUNS_AT_ONCE; worker++ )); do
+    (WORKER=$worker; export OMP_NUM_THREADS=$threads; "$1") & pids+=("$!")
+  done
   for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
   rm -rf "$CLAIMS"
   return "$failed"
