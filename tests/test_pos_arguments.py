@@ -22,7 +22,10 @@ CHOSEN_FROM_A_LIST = {"resize_mode"}  # one of the scheme's `resize_modes`, not 
 
 
 def bad_values(argument: Argument) -> list:
-    """Values outside `argument`'s declaration: the wrong type, each side of its range, not finite."""
+    """Values outside `argument`'s declaration: the wrong type, each side of its range, not finite;
+    for a choice, a word it does not list and a non-word."""
+    if argument.kind == "choice":
+        return ["abc", 3, True, argument.choices[0].upper()]
     low = argument.low if argument.low is not None else 0
     below = low if argument.low_open else low - 1
     if argument.kind == "number":
@@ -68,7 +71,9 @@ def test_every_scheme_with_arguments_is_covered():
     """No scheme escapes the generated cases below by declaring nothing it takes."""
     covered = {name for name, _, _ in CASES}
     assert covered == {name for name in list_pos() if user_arguments(name)}
-    assert {"theta", "temperature", "hidden_dim", "kernel_size", "ref_grid"} <= {key for _, key, _ in CASES}
+    assert {"theta", "temperature", "hidden_dim", "kernel_size", "ref_grid", "padding_mode"} <= {
+        key for _, key, _ in CASES
+    }
 
 
 @pytest.mark.parametrize("name, key, value", CASES, ids=[f"{n}-{k}={v!r}" for n, k, v in CASES])

@@ -75,6 +75,40 @@ def test_cpe_zero_padding_gives_absolute_position():
     torch.testing.assert_close(interior, interior[:, :1, :1].expand_as(interior))
 
 
+@pytest.mark.parametrize("grid", [(5, 7), (4, 9)], ids=["built-grid", "other-grid"])
+def test_cpe_circular_padding_has_no_absolute_position(grid):
+    """Wrapped around, the convolution commutes with every cyclic shift of the grid, and a constant
+    map gets the same response everywhere: no token can tell where it is."""
+    pe = cpe(padding_mode="circular")
+    fmap = torch.randn(1, 8, *grid)
+
+    def response(scheme, m):
+        x = to_tokens(m)
+        return to_map(scheme.after_block(0, x, grid) - x, grid)
+
+    shift = (2, 3)
+    torch.testing.assert_close(
+        response(pe, fmap.roll(shift, dims=(2, 3))), response(pe, fmap).roll(shift, dims=(2, 3)), atol=1e-6, rtol=1e-5
+    )
+    constant = response(pe, torch.ones(1, 8, *grid))[0]
+    torch.testing.assert_close(constant, constant[:, :1, :1].expand_as(constant))
+    assert constant.abs().max() > 1e-3  # it responds, the same everywhere
+    # the default, zero padding, does not commute with the wrapped shift
+    zeros = cpe()
+    zeros.load_state_dict(pe.state_dict())
+    rolled_first, rolled_after = (
+        response(zeros, fmap.roll(shift, dims=(2, 3))),
+        response(zeros, fmap).roll(shift, (2, 3)),
+    )
+    assert not torch.allclose(rolled_first, rolled_after, atol=1e-4)
+
+
+def test_cpe_padding_mode_survives_a_rebuild():
+    pe = cpe(padding_mode="circular")
+    assert pe.init_kwargs()["padding_mode"] == "circular"
+    assert pe.pegs["0"].padding_mode == "circular"
+
+
 def test_cpe_unlisted_layers_are_identity():
     grid = (5, 7)
     x = torch.randn(2, 35, 8)
@@ -89,7 +123,9 @@ def test_cpe_unlisted_layers_are_identity():
     assert not torch.equal(later.after_block(1, x, grid), x)
 
 
-@pytest.mark.parametrize("kwargs", [dict(after_layers=(2,)), dict(after_layers=(-1,)), dict(kernel_size=4)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(after_layers=(2,)), dict(after_layers=(-1,)), dict(kernel_size=4), dict(padding_mode="reflect")]
+)
 def test_cpe_bad_options_raise_config_error(kwargs):
     with pytest.raises(ConfigError):
         cpe(depth=2, **kwargs)

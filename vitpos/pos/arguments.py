@@ -17,18 +17,22 @@ MODEL_GIVEN = {"dim": "model.dim", "num_heads": "model.num_heads", "depth": "mod
 class Argument:
     """The values one constructor argument takes: a finite `number`, an `integer`, a list of
     `integers`, or a `grid` ([H, W] of integers), each within `low`..`high`; an `open` end is
-    refused itself. `meaning` says what it is, in the error message."""
+    refused itself. Or a `choice`: one of the words in `choices`. `meaning` says what it is, in the
+    error message."""
 
     meaning: str
-    kind: str = "number"  # number | integer | integers | grid
+    kind: str = "number"  # number | integer | integers | grid | choice
     low: float | None = None
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
     odd: bool = False
     example: str | None = None  # for the message, where the default is none
+    choices: tuple[str, ...] = ()  # the words a `choice` takes
 
     def accepts(self, value) -> bool:
+        if self.kind == "choice":
+            return isinstance(value, str) and value in self.choices
         if self.kind == "integers":
             return isinstance(value, (list, tuple)) and all(self.accepts_one(item) for item in value)
         if self.kind == "grid":
@@ -49,7 +53,9 @@ class Argument:
 
     def must(self) -> str:
         """`a positive integer`, `an odd integer >= 1`, `a number with 0 < x <= 360`, `a list of
-        integers >= 0`, ..."""
+        integers >= 0`, `one of zeros, circular`, ..."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
         plural = self.kind in ("integers", "grid")
         noun = ("number" if self.kind == "number" else "integer") + ("s" if plural else "")
         low = None if self.low is None else f"{'>' if self.low_open else '>='} {self.low:g}"

@@ -3,7 +3,8 @@
 `cpe`: the Positional Encoding Generator of CPVT (Chu et al. 2021, "Conditional Positional
 Encodings for Vision Transformers"): a depthwise 3x3 convolution over the tokens laid out as an
 H x W map, added residually after the first block. Zero padding at the borders gives it absolute
-cues; it works on any grid with no resizing.
+cues; it works on any grid with no resizing. `padding_mode=circular` wraps the map around instead:
+the convolution stays local but sees no border, so it carries no absolute position.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ class ConditionalPositionalEncoding(PositionalEncoding):
     Args:
         after_layers: block indices after which a PEG is applied.
         kernel_size: odd depthwise kernel size.
+        padding_mode: `zeros` (CPVT's) or `circular` (no border cue).
     """
 
     arguments = {
         "after_layers": Argument("block indices after which a PEG is applied", kind="integers", low=0),
         "kernel_size": Argument("the depthwise kernel's size", kind="integer", low=1, odd=True),
+        "padding_mode": Argument("how the convolution pads the border", kind="choice", choices=("zeros", "circular")),
     }
 
     def __init__(
@@ -38,6 +41,7 @@ class ConditionalPositionalEncoding(PositionalEncoding):
         grid: Grid,
         after_layers: tuple[int, ...] | list[int] = (0,),
         kernel_size: int = 3,
+        padding_mode: str = "zeros",
     ):
         super().__init__(dim, num_heads, depth, grid)
         if not after_layers or any(i >= depth for i in after_layers):
@@ -46,8 +50,10 @@ class ConditionalPositionalEncoding(PositionalEncoding):
                 f"e.g. after_layers=[0]; got after_layers={list(after_layers)}"
             )
         self.after_layers, self.kernel_size = [int(i) for i in after_layers], int(kernel_size)
+        self.padding_mode = padding_mode
+        same_size = dict(padding=kernel_size // 2, padding_mode=padding_mode)
         self.pegs = nn.ModuleDict(
-            {str(i): nn.Conv2d(dim, dim, kernel_size, padding=kernel_size // 2, groups=dim) for i in after_layers}
+            {str(i): nn.Conv2d(dim, dim, kernel_size, groups=dim, **same_size) for i in after_layers}
         )
 
     def after_block(self, layer: int, x: Tensor, grid: Grid) -> Tensor:
@@ -59,7 +65,12 @@ class ConditionalPositionalEncoding(PositionalEncoding):
         return x + peg(feature_map).flatten(2).transpose(1, 2)  # (B, H*W, D)
 
     def init_kwargs(self) -> dict:
-        return {**super().init_kwargs(), "after_layers": list(self.after_layers), "kernel_size": self.kernel_size}
+        return {
+            **super().init_kwargs(),
+            "after_layers": list(self.after_layers),
+            "kernel_size": self.kernel_size,
+            "padding_mode": self.padding_mode,
+        }
 
     def no_weight_decay(self) -> set[str]:
         """The PEG is a convolution, not a table: its kernels decay like any weight."""
