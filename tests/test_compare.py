@@ -321,18 +321,17 @@ def test_runs_trained_low_name_each_evaluated_sizes_pixels_and_their_size_and_au
     rows += group_runs([dict(run_row("2d_sin", 0, 0.7), img_size=32, lr=1e-4, recipe="optim=SGD")])
     curves = extrapolation_curves(rows)
     assert [c["variant"] for c in curves["2d_sin"]] == [
-        "exact 16px augment=standard",
-        "exact 24px augment=standard",
-        "exact 16px augment=rrc",
+        "16px augment=standard",
+        "24px augment=standard",
+        "16px augment=rrc",
     ]
     table = extrapolation_table(curves).splitlines()
     assert table[0] == "| scheme | trained | conversion | n | 16px downsampled | 24px downsampled | 32px native |"
-    assert "| 2d_sin | exact 16px augment=rrc | interpolate | 1 | 58.00 | 60.00 | 61.00 |" in table
+    assert "| 2d_sin | 16px augment=rrc | interpolate | 1 | 58.00 | 60.00 | 61.00 |" in table
     best = best_conversions_table(curves).splitlines()
     assert best[0].endswith("| best at 24px downsampled (% of 1x) | best at 32px native (% of 1x) |")
     assert (
-        "| 2d_sin | exact 16px augment=rrc | 58.00 (16px) | - | 60.00 (103%) interpolate | 61.00 (105%) interpolate |"
-        in best
+        "| 2d_sin | 16px augment=rrc | 58.00 (16px) | - | 60.00 (103%) interpolate | 61.00 (105%) interpolate |" in best
     )
     figure = extrapolation_figure(curves)
     (axes,) = [axes for axes in figure.axes if axes.get_visible()]

@@ -266,7 +266,8 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """Grouped rows of runs evaluated with an asked-for temperature (`attn_temperature=`,
     `resize_mode=all`) -> {scheme: [curve]}: one curve per training `variant` (`exact`, `fuzzy`,
     `mixed <sizes>`, `curriculum <tag>`; then, among the rows with such evaluations, the training size
-    where their sizes differ and the `differences` of lr and recipe, e.g. `exact 16px augment=rrc`) and conversion
+    where their sizes differ and the `differences` of lr and recipe, which replace `exact`: e.g.
+    `16px augment=rrc`, `fuzzy 16px`) and conversion
     (`mode`: a resize mode or "" for the scheme's only rule; `temperature`: none or log; `images`:
     the subset evaluated, None for the whole split) with its `heights`, `means`, `stds`, `n`,
     `train_height` (the run's `img_size`: 1x) and `native_size` (`pixels_at`); {} when no run has
@@ -295,7 +296,8 @@ def extrapolation_curves(rows: list[dict]) -> dict[str, list[dict]]:
             else "exact"
         )
         size = f"{row['img_size']}px" if sizes_differ else ""
-        variant = " ".join(filter(None, [variant, size, differs]))
+        named = " ".join(filter(None, [size, differs]))  # "exact" (one training size) only where nothing else names it
+        variant = named if variant == "exact" and named else " ".join(filter(None, [variant, named]))
         for (mode, temperature, images), mode_points in sorted(
             points.items(), key=lambda item: (item[0][0], item[0][1] or "", item[0][2] or 0)
         ):
