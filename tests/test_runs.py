@@ -1,8 +1,14 @@
-"""Which checkpoint a run folder stands for."""
+"""Which checkpoint a run folder stands for, and how a run's scheme is named."""
 
 from pathlib import Path
 
-from vitpos.runs import best_checkpoint, find_checkpoints
+import pytest
+
+from vitpos.compare.grouping import group_runs, latest_per_seed
+from vitpos.compare.logs import run_folders, summarize
+from vitpos.pos import list_pos
+from vitpos.runs import best_checkpoint, find_checkpoints, run_folder_label, scheme_label
+from vitpos.train import train
 
 
 def touch(path: Path) -> Path:
@@ -24,3 +30,29 @@ def test_a_run_without_best_checkpoint_stands_for_its_last(tmp_path):
     last = touch(tmp_path / "a" / "version_0" / "checkpoints" / "last.ckpt")
     best = touch(tmp_path / "b" / "version_0" / "checkpoints" / "best-epoch0-step10.ckpt")
     assert find_checkpoints(tmp_path) == [last, best]
+
+
+@pytest.mark.parametrize("name", list_pos())
+def test_a_scheme_with_its_yaml_settings_is_labelled_by_its_name_alone(name, make_config):
+    pos = make_config([f"pos={name}"]).pos
+    assert scheme_label(pos) == name and run_folder_label(pos) == name
+
+
+def test_settings_away_from_the_yaml_name_the_variant_and_fuzzy_comes_last(make_config):
+    pos = make_config(["pos=2d_sin", "pos.temperature=100", "+pos.ref_grid=[4,4]", "pos.fuzzy=true"]).pos
+    assert scheme_label(pos) == "2d_sin+ref_grid=[4,4]+temperature=100+fuzzy"
+    assert run_folder_label(pos) == "2d_sin_ref_grid-4-4_temperature-100_fuzzy"
+    assert scheme_label(make_config(["pos=2d_sin", "pos.temperature=10000"]).pos) == "2d_sin"  # 10000 == 10000.0
+
+
+def test_runs_of_one_scheme_with_other_settings_get_their_own_folders_and_rows(make_config, tiny_overrides, tmp_path):
+    """Same scheme and seed, another argument: its own run folder, never a version of the other's,
+    and its own row in vitpos.compare, never averaged with it or taken for a rerun of it."""
+    for extra in ([], ["pos.padding_mode=circular"]):
+        train(make_config([*tiny_overrides, "pos=cpe", "seed=0", *extra]))
+    folders = sorted(version.parent.name for version in (tmp_path / "logs").rglob("version_*"))
+    assert folders == ["cpe_padding_mode-circular_synthetic_32px_seed0", "cpe_synthetic_32px_seed0"]
+    rows = [summarize(run, tmp_path / "logs") for run in run_folders(tmp_path / "logs")]
+    kept, earlier = latest_per_seed(rows)
+    assert sorted(row["pos"] for row in kept) == ["cpe", "cpe+padding_mode=circular"] and earlier == []
+    assert sorted(row["n"] for row in group_runs(kept)) == [1, 1]

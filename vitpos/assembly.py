@@ -18,7 +18,7 @@ from .module import ImageClassifier
 from .options import DATA_OPTIONS, TRAIN_OPTIONS, check_options
 from .precision import resolve_precision
 from .resize import checkpoint_file
-from .runs import scheme_label, size_tag, sizes_tag
+from .runs import run_folder_label, size_tag, sizes_tag
 
 LOSS_KEYS = {"label_smoothing", "mixup_alpha", "cutmix_alpha"}  # train.yaml's loss: (ImageClassifier arguments)
 
@@ -164,7 +164,7 @@ def run_name_of(cfg: DictConfig, datamodule: ImageDataModule, trained_size) -> s
             "be one folder name, without / (use experiment=<group> to group runs)",
         )
         return name
-    name = f"{scheme_label(cfg.pos).replace('+', '_')}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
+    name = f"{run_folder_label(cfg.pos)}_{datamodule.name}_{size_tag(to_container(cfg.img_size))}"
     name += f"_from_{size_tag(trained_size)}" if trained_size else ""
     if is_mixed(datamodule):
         name += f"_train{sizes_tag(datamodule.train_img_sizes)}"

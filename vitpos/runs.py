@@ -9,6 +9,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
+
+from .config import CONFIG_DIR
 from .errors import ConfigError
 from .model import ATTN_TEMPERATURES
 
@@ -31,9 +34,31 @@ FUZZY_SUFFIX = "+fuzzy"
 
 
 def scheme_label(pos_config) -> str:
-    """The scheme as tables and HParams name it: `2d_sin`, or `2d_sin+fuzzy` when trained with fuzzy
-    positions (its run folder says `2d_sin_fuzzy_...`)."""
-    return pos_config["name"] + (FUZZY_SUFFIX if pos_config.get("fuzzy") else "")
+    """The scheme as tables and HParams name it: `2d_sin`; each argument set away from its
+    configs/pos YAML as `+key=value`, e.g. `cpe+padding_mode=circular`; then `+fuzzy` when trained
+    with fuzzy positions. So runs of one scheme with other arguments never group together."""
+    if isinstance(pos_config, DictConfig):
+        pos_config = OmegaConf.to_container(pos_config)
+    name = pos_config["name"]
+    defaults = scheme_defaults(name)
+    changed = [
+        f"+{key}={_word(value)}"
+        for key, value in sorted(pos_config.items())
+        if defaults is not None and key not in ("name", "fuzzy") and (key not in defaults or value != defaults[key])
+    ]
+    return name + "".join(changed) + (FUZZY_SUFFIX if pos_config.get("fuzzy") else "")
+
+
+def scheme_defaults(name: str) -> dict | None:
+    """The settings of configs/pos/<name>.yaml, or None for a scheme without one."""
+    path = CONFIG_DIR / "pos" / f"{name}.yaml"
+    return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else None
+
+
+def run_folder_label(pos_config) -> str:
+    """`scheme_label` as a folder name, one that command-line values take as they are:
+    `cpe_padding_mode-circular`, `2d_sin_ref_grid-4-4_fuzzy`."""
+    return "_".join(re.sub(r"[^\w.]+", "-", part).strip("-") for part in scheme_label(pos_config).split("+"))
 
 
 def budget(trainer: dict) -> str:
