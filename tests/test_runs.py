@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from vitpos.compare.grouping import group_runs, latest_per_seed
 from vitpos.compare.logs import run_folders, summarize
@@ -56,3 +57,8 @@ def test_runs_of_one_scheme_with_other_settings_get_their_own_folders_and_rows(m
     kept, earlier = latest_per_seed(rows)
     assert sorted(row["pos"] for row in kept) == ["cpe", "cpe+padding_mode=circular"] and earlier == []
     assert sorted(row["n"] for row in group_runs(kept)) == [1, 1]
+    # its fine-tune states the checkpoint's setting, which the command line did not repeat
+    circular = tmp_path / "logs" / "cpe_padding_mode-circular_synthetic_32px_seed0"
+    train(make_config([*tiny_overrides, "pos=cpe", "seed=0", "img_size=48", f"finetune_from={circular}"]))
+    (finetuned,) = (tmp_path / "logs").glob("cpe_padding_mode-circular_synthetic_48px_from_32px_seed0/version_0")
+    assert OmegaConf.load(finetuned / "config.yaml").pos.padding_mode == "circular"

@@ -81,6 +81,9 @@ def finetune_source(cfg: DictConfig, datamodule: ImageDataModule) -> tuple[Visio
             f"checkpoint {cfg.finetune_from} was trained with pos={trained['pos']} but the config "
             f"asks for pos={cfg.pos.name}; pass pos={trained['pos']}"
         )
+    for key in list(cfg.pos):  # the run's config (its name, config.yaml) states the scheme settings it fine-tunes
+        if key not in ("name", "fuzzy", "resize_mode") and key in trained["pos_kwargs"]:
+            OmegaConf.update(cfg, f"pos.{key}", trained["pos_kwargs"][key])
     if (trained["num_classes"], trained["in_chans"]) != (datamodule.num_classes, datamodule.in_chans):
         raise ConfigError(
             f"checkpoint {cfg.finetune_from} has {trained['num_classes']} classes and "
