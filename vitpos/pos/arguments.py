@@ -118,7 +118,7 @@ def check_arguments(cls, kwargs: dict) -> None:
             continue
         default = list(default) if isinstance(default, tuple) else default  # as a user writes it: [0]
         example = argument.example or (None if default in (None, inspect.Parameter.empty) else f"{default!r}")
-        hint = f", e.g. {key}={example}" if example else ""
+        hint = f", e.g. {key}={example}" if example and argument.kind != "choice" else ""  # a choice lists them
         raise ConfigError(
             f"pos={name} needs {key} to be {argument.must()} ({argument.meaning}){hint}; got {key}={value!r}"
         )
