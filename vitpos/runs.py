@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from .config import CONFIG_DIR
+from .config import CONFIG_DIR, to_container
 from .errors import ConfigError
 from .model import ATTN_TEMPERATURES
 
@@ -37,8 +38,7 @@ def scheme_label(pos_config) -> str:
     """The scheme as tables and HParams name it: `2d_sin`; each argument set away from its
     configs/pos YAML as `+key=value`, e.g. `cpe+padding_mode=circular`; then `+fuzzy` when trained
     with fuzzy positions. So runs of one scheme with other arguments never group together."""
-    if isinstance(pos_config, DictConfig):
-        pos_config = OmegaConf.to_container(pos_config)
+    pos_config = to_container(pos_config)
     name = pos_config["name"]
     defaults = scheme_defaults(name)
     changed = [
@@ -49,8 +49,9 @@ def scheme_label(pos_config) -> str:
     return name + "".join(changed) + (FUZZY_SUFFIX if pos_config.get("fuzzy") else "")
 
 
+@functools.cache  # vitpos.compare labels every run: each YAML is read once
 def scheme_defaults(name: str) -> dict | None:
-    """The settings of configs/pos/<name>.yaml, or None for a scheme without one."""
+    """The settings of configs/pos/<name>.yaml, or None for a scheme without one (not to be changed)."""
     path = CONFIG_DIR / "pos" / f"{name}.yaml"
     return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else None
 
