@@ -594,6 +594,20 @@ def test_evaluate_says_what_it_evaluates_and_prints_percent(scheme_ckpts, tmp_pa
     assert [line.rsplit(" test acc ", 1)[1] for line in results] == [f"{100 * float(r['acc']):.2f}%" for r in rows]
 
 
+def test_evaluate_names_a_scheme_setting_away_from_its_yaml_as_compare_does(scheme_ckpts, tmp_path):
+    """Two cpe checkpoints, one with circular padding: their rows say which is which, with the label
+    `vitpos.compare` gives the run (`runs.scheme_label`), so a table never takes one for the other."""
+    circular = torch.load(scheme_ckpts["cpe"], map_location="cpu", weights_only=False)
+    circular["hyper_parameters"]["model"]["pos_kwargs"]["padding_mode"] = "circular"
+    torch.save(circular, tmp_path / "circular.ckpt")
+    out = tmp_path / "eval"
+    checkpoints = f"ckpt=[{scheme_ckpts['cpe']},{tmp_path / 'circular.ckpt'}]"
+    assert evaluate_main([checkpoints, "img_sizes=[32]", "batch_size=64", "limit=40", f"out={out}"]) == 0
+    rows = read_csv(out / "resolution.csv")
+    assert [(row["run"], row["pos"]) for row in rows] == [("cpe", "cpe"), ("circular", "cpe+padding_mode=circular")]
+    assert "| circular | cpe+padding_mode=circular | 32px |" in (out / "resolution.md").read_text()
+
+
 def test_evaluate_never_overwrites_an_earlier_evaluation(scheme_ckpts, tmp_path, monkeypatch, capsys):
     """By default each evaluation writes a folder of its own (logs/evaluate/<date>_<time>, `_2` for a
     second one in the same second); an out= that holds tables is refused unless overwrite=true."""

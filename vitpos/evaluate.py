@@ -54,7 +54,7 @@ from .pos import get_pos_class
 from .precision import bf16_supported, chosen_device
 from .resize import model_from_checkpoint, read_checkpoint
 from .resolution_report import conversion_label, new_folder, output_folder, write_outputs
-from .runs import RESULTS_FILE, conversion_suffix, find_checkpoints, run_dir, run_label, size_tag
+from .runs import RESULTS_FILE, conversion_suffix, find_checkpoints, run_dir, run_label, scheme_label, size_tag
 from .tta import predict
 
 BEST = "best"  # resize_mode=best: the conversion chosen on the validation split
@@ -257,7 +257,7 @@ def evaluate_one(
     size = model.config["img_size"]
     row = dict(
         run=run_label(path),
-        pos=trained["pos"],
+        pos=scheme_label({"name": trained["pos"], **trained["pos_kwargs"]}),  # as compare names it
         trained_at=size_tag(trained["img_size"]),
         img_size=size_tag(size),
         pixels=datamodule.pixels(size),
