@@ -6,9 +6,9 @@ from __future__ import annotations
 import gzip
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import pytest
 import torch
 
@@ -171,9 +171,8 @@ def test_a_users_own_config_folder_takes_part_in_the_composition(tmp_path, capsy
 
 
 def test_cli_prints_one_error_line_with_exit_code_2(tmp_path):
-    result = subprocess.run(
+    result = forked_cli.run(
         [
-            sys.executable,
             str(ROOT / "train.py"),
             "data=synthetic",
             "model=vit_70k",
@@ -181,8 +180,6 @@ def test_cli_prints_one_error_line_with_exit_code_2(tmp_path):
             f"paths.log_dir={tmp_path / 'logs'}",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [

@@ -8,11 +8,10 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import pytest
 from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
@@ -393,9 +392,7 @@ def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
 
 
 def test_compare_cli_errors_are_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "vitpos.compare", str(tmp_path / "missing")], capture_output=True, text=True
-    )
+    result = forked_cli.run(["-m", "vitpos.compare", str(tmp_path / "missing")])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: no such log folder")
 

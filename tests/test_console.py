@@ -6,12 +6,11 @@ from __future__ import annotations
 import io
 import logging
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import pytest
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
@@ -23,9 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_run_logged_to_a_file_is_short_and_says_what_matters(tmp_path):
-    run = subprocess.run(
+    run = forked_cli.run(
         [
-            sys.executable,
             str(ROOT / "train.py"),
             "data=synthetic",
             "model=vit_70k",
@@ -41,8 +39,6 @@ def test_a_run_logged_to_a_file_is_short_and_says_what_matters(tmp_path):
             "pos=2d_sin",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=600,
         env=dict(os.environ, OMP_NUM_THREADS="1"),
     )

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import pytest
 import torch
 
@@ -38,15 +36,9 @@ def test_broken_scheme_is_reported():
 
 
 def test_cli():
-    result = subprocess.run(
-        [sys.executable, "-m", "vitpos.diagnose", "pos=2d_sin", "dim=64", "depth=2", "num_heads=2"],
-        capture_output=True,
-        text=True,
-    )
+    result = forked_cli.run(["-m", "vitpos.diagnose", "pos=2d_sin", "dim=64", "depth=2", "num_heads=2"])
     assert result.returncode == 0 and "[ok] position signal reaches the output" in result.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "vitpos.diagnose", "pos=2d_sin", "img_size=30"], capture_output=True, text=True
-    )
+    bad = forked_cli.run(["-m", "vitpos.diagnose", "pos=2d_sin", "img_size=30"])
     assert bad.returncode == 2 and bad.stderr.startswith("error: image size 30x30")
 
 

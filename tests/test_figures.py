@@ -3,9 +3,7 @@ ways they are produced (the command on a checkpoint, the callback at the end of 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -115,18 +113,15 @@ def test_training_logs_the_figures_and_the_command_redraws_them(figure_run, tmp_
     assert logged == ["attention_distance.png", "rotary.png"]
 
     out = tmp_path / "cli"
-    result = subprocess.run(
+    result = forked_cli.run(
         [
-            sys.executable,
             "-m",
             "vitpos.figures",
             f"ckpt={figure_run['checkpoint']}",
             f"out={out}",
             "images=8",
             f"data_dir={tmp_path / 'data'}",
-        ],
-        capture_output=True,
-        text=True,
+        ]
     )
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in out.glob("*.png")) == ["attention_distance.png", "rotary.png"]

@@ -4,12 +4,11 @@ copy of CIFAR-10, and one clear error per kind of broken tree. The trees are wri
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import pytest
 import torch
 from torchvision.io import encode_jpeg, encode_png
@@ -228,7 +227,6 @@ def test_train_on_a_folder_of_ones_own_images_from_the_command_line(tmp_path):
         size=(20, 24),
     )
     command = [
-        sys.executable,
         str(ROOT / "train.py"),
         "data=image_folder",
         f"data.root={tmp_path / 'photos'}",
@@ -244,13 +242,13 @@ def test_train_on_a_folder_of_ones_own_images_from_the_command_line(tmp_path):
         f"paths.log_dir={tmp_path / 'logs'}",
         f"paths.data_dir={tmp_path / 'data'}",
     ]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    result = forked_cli.run(command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "data=image_folder from image folder" in result.stdout and "(JPEG: lossy)" in result.stdout
     run = next((tmp_path / "logs").rglob("results.json")).parent
     assert "image folder" in (run / "hparams.yaml").read_text()
     (tmp_path / "photos" / "test" / "fish" / "000.jpg").write_bytes(b"truncated")
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    result = forked_cli.run(command, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"{tmp_path / 'photos'}: test/fish/000.jpg cannot be decoded" in errors[0]
@@ -272,7 +270,6 @@ def test_the_readme_fine_tune_command_reads_the_copy_its_checkpoint_was_trained_
         )
     )
     command = [
-        sys.executable,
         str(ROOT / "train.py"),
         "experiment=cifar10_finetune",
         "pos=cpe",
@@ -288,7 +285,7 @@ def test_the_readme_fine_tune_command_reads_the_copy_its_checkpoint_was_trained_
         f"paths.log_dir={tmp_path / 'logs'}",
         f"paths.data_dir={tmp_path / 'data'}",
     ]
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    result = forked_cli.run(command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"fine-tuning on data.root={copy}, the copy " in result.stdout
     run = next((tmp_path / "logs" / "cifar10_finetune").rglob("results.json")).parent

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import inspect
 import math
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import pytest
 
 import vitpos
@@ -120,9 +119,8 @@ def test_a_bad_argument_on_the_command_line_is_refused_before_a_run_exists(
 
 
 def test_train_py_prints_the_one_line_and_exits_2(tmp_path):
-    result = subprocess.run(
+    result = forked_cli.run(
         [
-            sys.executable,
             str(ROOT / "train.py"),
             "data=synthetic",
             "model=vit_70k",
@@ -131,8 +129,6 @@ def test_train_py_prints_the_one_line_and_exits_2(tmp_path):
             f"paths.log_dir={tmp_path / 'logs'}",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
     assert result.stderr.strip().splitlines()[-1] == (

@@ -14,12 +14,11 @@ import csv
 import math
 import os
 import shutil
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import pytest
 import torch
 from conftest import compose_config  # the Hydra composition train.py uses (tests/conftest.py)
@@ -454,9 +453,8 @@ def test_evaluate_writes_table_csv_plot_and_tensorboard(real_run_copy, tmp_path)
 
     # the same through the command line, with the run folder instead of the file
     cli_out = tmp_path / "eval_cli"
-    result = subprocess.run(
+    result = forked_cli.run(
         [
-            sys.executable,
             "-m",
             "vitpos.evaluate",
             f"ckpt={run_dir}",
@@ -466,8 +464,6 @@ def test_evaluate_writes_table_csv_plot_and_tensorboard(real_run_copy, tmp_path)
             "limit=99",
         ],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         env=subprocess_env(),
         timeout=300,
     )
@@ -642,13 +638,8 @@ def test_evaluate_never_overwrites_an_earlier_evaluation(scheme_ckpts, tmp_path,
 
 
 def test_evaluate_cli_missing_checkpoint_is_one_error_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "vitpos.evaluate", "ckpt=/nonexistent"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=300,
+    result = forked_cli.run(
+        ["-m", "vitpos.evaluate", "ckpt=/nonexistent"], cwd=tmp_path, env=subprocess_env(), timeout=300
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -836,7 +827,6 @@ def test_cli_finetune_takes_the_checkpoints_data_and_refuses_architecture_overri
     checkpoint's dataset (synthetic here, not the default CIFAR-10), says so, and prints the grid
     conversion; a model override the checkpoint would replace is refused with the difference."""
     common = [
-        sys.executable,
         str(ROOT / "train.py"),
         "pos=2d_sin",
         "img_size=48",
@@ -850,11 +840,11 @@ def test_cli_finetune_takes_the_checkpoints_data_and_refuses_architecture_overri
         "callbacks.figures=null",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    result = subprocess.run(common, cwd=tmp_path, capture_output=True, text=True, env=env)
+    result = forked_cli.run(common, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "fine-tuning on data=synthetic" in result.stdout
     assert "grid 8x8 -> 12x12 (extrapolate)" in result.stdout
-    refused = subprocess.run([*common, "model.depth=3"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    refused = forked_cli.run([*common, "model.depth=3"], cwd=tmp_path, env=env)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
         "error: fine-tuning keeps the checkpoint's architecture, but model.depth=3 (checkpoint: 2); drop these "

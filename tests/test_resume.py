@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_cli  # train.py as a new process, its imports paid once (tests/forked_cli.py)
 import pytest
 import torch
 
@@ -53,14 +54,7 @@ CURRICULUM = [
 
 def train_py(cwd: Path, *overrides: str, run: list[str] = RUN) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "helpers"), OMP_NUM_THREADS="1")
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *run, *overrides],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return forked_cli.run([str(ROOT / "train.py"), *run, *overrides], cwd=cwd, env=env, timeout=600)
 
 
 def final_state(cwd: Path, run: str) -> tuple[int, dict]:

@@ -5,10 +5,9 @@ Hydra will, a sweep runs one job per value, and a bad sweep is one `error:` line
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import pytest
 from conftest import compose_config
 from omegaconf import OmegaConf
@@ -107,11 +106,9 @@ SWEEPS = [  # (a 2-job sweep, the run folders it writes)
 
 @pytest.mark.parametrize("sweep, runs", SWEEPS, ids=[s for s, _ in SWEEPS])
 def test_a_sweep_runs_one_job_per_value(sweep, runs, tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "-m", sweep, *TINY, f"paths.log_dir={tmp_path / 'logs'}"],
+    result = forked_cli.run(
+        [str(ROOT / "train.py"), "-m", sweep, *TINY, f"paths.log_dir={tmp_path / 'logs'}"],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=300,
         env=dict(os.environ, OMP_NUM_THREADS="1"),
     )

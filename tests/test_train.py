@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
+import forked_cli  # train.py and vitpos' CLIs as new processes (tests/forked_cli.py)
 import hydra
 import lightning as L
 import pytest
@@ -89,16 +88,9 @@ def test_unknown_scheme_lists_the_options(make_config):
 
 
 def test_cli_unknown_scheme_and_missing_cifar(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "pos=no_such_scheme"], cwd=tmp_path, capture_output=True, text=True
-    )
+    result = forked_cli.run([str(ROOT / "train.py"), "pos=no_such_scheme"], cwd=tmp_path)
     assert result.returncode != 0 and "2d_sin" in result.stderr + result.stdout
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "pos=2d_sin", "data.download=false"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    result = forked_cli.run([str(ROOT / "train.py"), "pos=2d_sin", "data.download=false"], cwd=tmp_path)
     assert result.returncode == 2
     error_lines = result.stderr.splitlines()  # the error alone: no traceback, no Trainer device lines before it
     assert len(error_lines) == 1 and error_lines[0].startswith("error: ")
