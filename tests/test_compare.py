@@ -294,7 +294,7 @@ def test_best_conversions_table_names_each_sizes_best_conversion_and_its_share_o
     at48, at64 = ([round(bar.get_height(), 6) for bar in container] for container in axes.containers)
     assert at48 == [round(100 * 54 / 70, 6), 90.0] and at64 == [round(100 * 30 / 70, 6), 80.0]
     assert any(line.get_ydata()[0] == 100 for line in axes.lines)  # the 100% line
-    assert axes.get_ylim()[0] == 30 and "starts at 30%" in axes.get_title()  # 10 below the lowest share, 42.9%
+    assert axes.get_ylim()[0] == 30 and "starts at 30%" in figure.get_suptitle()  # 10 below the lowest, 42.9%
 
 
 def test_runs_trained_low_name_each_evaluated_sizes_pixels_and_their_size_and_augmentation():
@@ -335,6 +335,16 @@ def test_runs_trained_low_name_each_evaluated_sizes_pixels_and_their_size_and_au
     figure = extrapolation_figure(curves)
     (axes,) = [axes for axes in figure.axes if axes.get_visible()]
     assert [tick.get_text() for tick in axes.get_xticklabels()] == ["16\ndownsampled", "24\ndownsampled", "32\nnative"]
+    # kept.png: a panel per training size; trained at 24 px, only 32 px lies above it
+    low, high = kept_figure(curves).axes
+    assert [low.get_title(), high.get_title()] == ["trained at 16px", "trained at 24px"]
+    assert [t.get_text() for t in low.get_xticklabels()] == [
+        "2d_sin\n16px augment=rrc",
+        "2d_sin\n16px augment=standard",
+    ]
+    assert [t.get_text() for t in high.get_legend().get_texts()] == ["32px native"]
+    (at32,) = ([round(bar.get_height(), 6) for bar in container] for container in high.containers)
+    assert at32 == [round(100 * 64 / 65, 6)]  # 64% at 32 px of its 65% at 24 px
     # runs that disagree on their data's size, or that did not record it, leave the sizes unlabelled
     rows[0]["native_size"] = "28x28"
     assert extrapolation_table(extrapolation_curves(rows)).splitlines()[0].endswith("| 16px | 24px | 32px |")

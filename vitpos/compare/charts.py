@@ -102,47 +102,66 @@ def extrapolation_figure(curves: dict[str, list[dict]]):
 
 def kept_figure(curves: dict[str, list[dict]]):
     """Bars: per scheme and training variant, the share of its 1x accuracy that its best training-free
-    conversion keeps at each size above its training size, one colour per size; a line at 100%."""
+    conversion keeps at each size above its training size, one colour per size; a line at 100%.
+    Runs trained at several sizes get one panel per training size, smallest first."""
     every = every_curve(curves)
     heights = sorted({h for c in every for h in c["heights"] if h > c["train_height"]})
     variants = {c["variant"] for c in every}
-    bars = []  # (label, {height: share in percent})
+    panels = {}  # training height -> [(label, {height: share in percent})]
     for scheme, scheme_curves in sorted(curves.items()):
         for variant in sorted({c["variant"] for c in scheme_curves}):
-            one_x, ranked = ranked_conversions([c for c in scheme_curves if c["variant"] == variant], heights)
+            of_variant = [c for c in scheme_curves if c["variant"] == variant]
+            one_x, ranked = ranked_conversions(of_variant, heights)
             if one_x:
                 label = scheme if len(variants) == 1 else f"{scheme}\n{variant}"
-                bars.append((label, {h: 100 * pairs[0][0] / one_x for h, pairs in ranked.items()}))
-    figure, axes = pyplot().subplots(figsize=(max(8, 0.45 * len(bars) * max(2, len(heights))), 5))
+                shares = {h: 100 * pairs[0][0] / one_x for h, pairs in ranked.items()}
+                panels.setdefault(of_variant[0]["train_height"], []).append((label, shares))
+    widest = max((len(bars) for bars in panels.values()), default=0)
+    figure, panel_axes = pyplot().subplots(
+        len(panels) or 1,
+        1,
+        figsize=(max(8, 0.45 * widest * max(2, len(heights))), 5 * max(1, len(panels))),
+        squeeze=False,
+    )
+    # the shares of interest lie near 100%: the axis starts 10 points below the lowest, at a multiple of 10
+    every_share = [share for bars in panels.values() for _, shares in bars for share in shares.values()]
+    bottom = max(0, 10 * (min(every_share, default=0) // 10) - 10)
+    for axes, (train_height, bars) in zip(panel_axes[:, 0], sorted(panels.items())):
+        _kept_panel(axes, bars, heights, every)
+        axes.set_ylim(bottom, max(110, max(every_share, default=0) + 5))
+        axes.set_xlim(-0.6, widest - 0.4)  # one bar width in every panel
+        if len(panels) > 1:
+            axes.set_title(f"trained at {train_height}px", fontsize=9)
+    n = sorted({c["n"] for c in every})
+    seeds = "one seed" if n == [1] else f"means over {'/'.join(map(str, n))} seeds"
+    note = f"; the axis starts at {bottom:.0f}%" if bottom else ""
+    figure.suptitle(
+        f"Share of 1x accuracy kept by each scheme's best training-free conversion ({seeds}{note})", fontsize=10
+    )
+    figure.tight_layout()
+    return figure
+
+
+def _kept_panel(axes, bars: list[tuple[str, dict]], heights: list[int], every: list[dict]) -> None:
+    """One panel of `kept_figure`: a group of bars per label, one colour per evaluated height."""
     width = 0.8 / max(1, len(heights))
     for i, h in enumerate(heights):
         x = [j + (i - (len(heights) - 1) / 2) * width for j, (_, shares) in enumerate(bars) if h in shares]
-        axes.bar(
-            x,
-            [shares[h] for _, shares in bars if h in shares],
-            width,
-            color=f"C{i % 10}",
-            alpha=0.85,
-            label=size_header(h, every),
-        )
+        if x:
+            axes.bar(
+                x,
+                [shares[h] for _, shares in bars if h in shares],
+                width,
+                color=f"C{i % 10}",
+                alpha=0.85,
+                label=size_header(h, every),
+            )
     axes.axhline(100, color="0.3", linewidth=1, linestyle="--")
-    # the shares of interest lie near 100%: the axis starts 10 points below the lowest, at a multiple of 10
-    every_share = [share for _, shares in bars for share in shares.values()]
-    bottom = max(0, 10 * (min(every_share, default=0) // 10) - 10)
-    axes.set_ylim(bottom, max(110, max(every_share, default=0) + 5))
     axes.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=7, rotation=30, ha="right")
     axes.set_ylabel("% of 1x accuracy kept")
     axes.grid(axis="y", alpha=0.3)
     # beside the axes: inside, it would hide the last bars
     axes.legend(fontsize=8, title="evaluated at", title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    n = sorted({c["n"] for c in every})
-    seeds = "one seed" if n == [1] else f"means over {'/'.join(map(str, n))} seeds"
-    note = f"; the axis starts at {bottom:.0f}%" if bottom else ""
-    axes.set_title(
-        f"Share of 1x accuracy kept by each scheme's best training-free conversion ({seeds}{note})", fontsize=10
-    )
-    figure.tight_layout()
-    return figure
 
 
 def _extrapolation_panel(axes, scheme: str, curves: list[dict], markers: dict[str, str], per_subset: bool) -> None:
