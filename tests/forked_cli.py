@@ -78,9 +78,9 @@ def run(
         outputs = [Path(folder, "stdout"), Path(folder, "stderr")]
         for path in outputs:
             path.touch()
+        environment = dict(os.environ if env is None else env)  # env={} is an empty one, as for subprocess.run
         child = _context.Process(
-            target=_run_as_main,
-            args=(list(map(str, argv)), str(cwd or os.getcwd()), dict(env or os.environ), *map(str, outputs)),
+            target=_run_as_main, args=(list(map(str, argv)), str(cwd or os.getcwd()), environment, *map(str, outputs))
         )
         child.start()
         child.join(timeout)

@@ -126,9 +126,10 @@ def kept_figure(curves: dict[str, list[dict]]):
     # the shares of interest lie near 100%: the axis starts 10 points below the lowest, at a multiple of 10
     every_share = [share for bars in panels.values() for _, shares in bars for share in shares.values()]
     bottom = max(0, 10 * (min(every_share, default=0) // 10) - 10)
+    top = max(110, max(every_share, default=0) + 5)
     for axes, (train_height, bars) in zip(panel_axes[:, 0], sorted(panels.items())):
         _kept_panel(axes, bars, heights, every)
-        axes.set_ylim(bottom, max(110, max(every_share, default=0) + 5))
+        axes.set_ylim(bottom, top)
         axes.set_xlim(-0.6, widest - 0.4)  # one bar width in every panel
         if len(panels) > 1:
             axes.set_title(f"trained at {train_height}px", fontsize=9)
