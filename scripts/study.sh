@@ -19,6 +19,7 @@
 #                                  # checkpoints included, so a run of many hours continues on another machine
 #   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare; cifar10:
 #                                  # ranking.md sets the study beside the published ablation in RESULTS/published/;
+#                                  # cifar10_published_beside_study/ the two recipes' curves for its schemes;
 #                                  # the native study's in cifar10_native/ and cifar10_native_finetune/)
 #   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then long, published, native, then tables
 #   bash scripts/study.sh status   # each run of `all`, in its order: done, trained, interrupted or to do (reads only)
@@ -408,6 +409,11 @@ tables() {
     python -m vitpos.compare "$ARCHIVE/$study" out="$RESULTS/$study" \
       $([ "$study" = "$FT_EXPERIMENT" ] || [ -z "$PUBLISHED" ] || echo "reference=$RESULTS/$PUBLISHED")
   done
+  # the published recipe's curves beside the study's, its schemes only: where the 15-epoch ranking turns into the 200-epoch one
+  if [ -n "$PUBLISHED_EXPERIMENT" ] && [ -d "$ARCHIVE/$PUBLISHED_EXPERIMENT" ] && [ -d "$ARCHIVE/$EXPERIMENT" ]; then
+    python -m vitpos.compare "$ARCHIVE/$EXPERIMENT" "$ARCHIVE/$PUBLISHED_EXPERIMENT" pos="[$PUBLISHED_SCHEMES]" \
+      out="$RESULTS/${PUBLISHED_EXPERIMENT}_beside_study" reference="$RESULTS/$PUBLISHED"
+  fi
   # the native study, its fine-tunes apart as the 32 px study's (the published ablation is at 32 px: no reference)
   [ ! -d "$ARCHIVE/native/$EXPERIMENT" ] ||
     python -m vitpos.compare "$ARCHIVE/native/$EXPERIMENT" out="$RESULTS/${NATIVE_TAG}_native"

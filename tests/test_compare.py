@@ -19,9 +19,11 @@ from torch.utils.tensorboard import SummaryWriter
 from vitpos.compare import main
 from vitpos.compare.charts import extrapolation_figure, kept_figure
 from vitpos.compare.grouping import (
+    accuracy_columns,
     epoch_curves,
     extrapolation_curves,
     group_runs,
+    lasting_leads,
     latest_per_seed,
     mark_differences,
     minutes_curves,
@@ -126,12 +128,30 @@ def test_epochs_table_ranks_groups_of_one_schedule_length_epoch_by_epoch():
     tables = epochs_table(epoch_curves(rows)).split("\n\n4 epochs")
     three = tables[0].splitlines()
     assert three[0].startswith("3 epochs:") and three[2] == "| group | 1 | 2 | 3 |"
-    # the curves cross after epoch 1: fast leads first, slow after
+    # the curves cross after epoch 1: fast leads first, slow after, and the table says from when
     assert three[4] == "| slow, trained at 28px (n=2) | 45.0 (2) | 65.0 (1) | 80.0 (1) |"
     assert three[5] == "| fast, trained at 28px (n=1) | 60.0 (1) | 62.0 (2) | 70.0 (2) |"
-    assert (
-        len(three) == 6 and "| long, trained at 28px (n=1) | 10.0 (1) | 20.0 (1) | 30.0 (1) | 90.0 (1) |" in tables[1]
-    )
+    assert three[6:] == [
+        "",
+        "Where curves cross, the latest first:",
+        "",
+        "- slow, trained at 28px (n=2) leads fast, trained at 28px (n=1) from epoch 2 on",
+    ]
+    four = tables[1]
+    assert "| long, trained at 28px (n=1) | 10.0 (1) | 20.0 (1) | 30.0 (1) | 90.0 (1) |" in four
+    assert "cross" not in four  # one curve of that length: nothing to cross
+
+
+def test_a_lasting_lead_starts_after_the_last_epoch_the_leader_trailed_or_tied():
+    def curve(label, *means):
+        return dict(label=label, means=list(means))
+
+    a = curve("a", 0.1, 0.5, 0.3, 0.6, 0.9)  # behind b at 1, ahead at 2, level at 3, ahead from 4 on
+    b = curve("b", 0.2, 0.4, 0.3, 0.5, 0.8)
+    c = curve("c", 0.0, 0.3, 0.2, 0.4, 0.7)  # behind a and b at every epoch: no crossing
+    d = curve("d", 0.9, 0.9, 0.9, 0.9, 0.7)  # ends level with c: their pair settles nothing
+    leads = [(x["label"], y["label"], epoch) for x, y, epoch in lasting_leads([a, b, c, d])]
+    assert leads == [("a", "d", 5), ("b", "d", 5), ("a", "b", 4)]
 
 
 def test_transfer_curves_hold_each_settings_mean_and_std_by_size():
@@ -399,6 +419,31 @@ def test_compare_reports_the_logged_numbers(three_runs, tmp_path):
     ]
     with pytest.raises(Exception, match="no finished runs"):
         compare(logs, img_size=48, out=tmp_path / "o3")
+    assert [r["pos"] for r in compare(logs, pos="rel_bias", out=tmp_path / "o4")] == ["rel_bias"]
+    assert [r["pos"] for r in compare(logs, pos=["none", "cpe"], out=tmp_path / "o5")] == ["none"]
+    with pytest.raises(ConfigError, match="match pos=cpe"):
+        compare(logs, pos="cpe", out=tmp_path / "o6")
+
+
+def test_several_log_folders_compare_as_one_and_name_each_runs_folder(three_runs, tmp_path, capsys):
+    together = compare(tmp_path / "logs", out=tmp_path / "together")
+    study, published = tmp_path / "study", tmp_path / "published"
+    for folder, run in ((study, three_runs[0]), (published, three_runs[1]), (published, three_runs[2])):
+        shutil.copytree(tmp_path / run["log_dir"], folder / Path(run["log_dir"]).parent.name / "version_0")
+    assert main([str(study), str(published), f"out={tmp_path / 'apart'}"]) == 0  # the folders unnamed, one by one
+    with open(tmp_path / "apart" / "compare.csv") as f:
+        apart = {row["pos"]: row for row in csv.DictReader(f)}
+    assert {pos: (int(row["n"]), float(row["test_acc_mean"])) for pos, row in apart.items()} == {
+        row["pos"]: (row["n"], pytest.approx(row["test_acc_mean"])) for row in together
+    }  # none's two seeds group across the folders
+    with open(tmp_path / "apart" / "runs.csv") as f:
+        assert sorted(row["run"].split("/")[0] for row in csv.DictReader(f)) == ["published", "published", "study"]
+    capsys.readouterr()
+    assert main([f"logdir=[{study},{tmp_path / 'missing'}]", f"out={tmp_path / 'never'}"]) == 2
+    assert capsys.readouterr().err == f"error: no such log folder: {tmp_path / 'missing'}; " + (
+        "pass the folder the runs were logged to, e.g. logs/\n"
+    )
+    assert not (tmp_path / "never").exists()
 
 
 def test_compare_cli_errors_are_one_line(tmp_path):
@@ -413,6 +458,7 @@ def test_compare_cli_errors_are_one_line(tmp_path):
         ("img_size=abc", "error: img_size='abc' must be a positive integer or an [H, W] pair of them"),
         ("img_size=[1,2,3]", "error: img_size=[1, 2, 3] must be a positive integer or an [H, W] pair of them"),
         ("data=nosuch", "error: data='nosuch' is not a data set runs are trained on; use one of cifar10,"),
+        ("pos=[none,nosuch]", "error: pos=['none', 'nosuch'] must name schemes runs are trained with, e.g. pos=[none,"),
         ("out={file}", "error: cannot write to out= ({file}: File exists); pass a writable folder"),
         ("out={file}/below", "error: cannot write to out= ({file}/below: Not a directory)"),
     ],
@@ -662,6 +708,49 @@ def test_ranking_orders_by_test_accuracy_separates_by_seed_spread_and_joins_the_
     assert len(lines) == 2 + 6 + 4 and "Published: Y; paper X" in lines[-1]  # cpb, alibi_2d not ranked; the legend
     assert "published" not in ranking_table(rows, {}).splitlines()[0]  # no reference: our columns only
     assert ranking_table([r for r in rows if r["pos"] in ("cpb", "alibi_2d")], {}) == ""  # nothing to rank
+
+
+def test_a_run_that_tested_every_epoch_has_the_best_of_those_tests_and_their_curve(
+    make_config, tiny_overrides, tmp_path
+):
+    config = OmegaConf.to_container(make_config(tiny_overrides), resolve=True)
+    run = tmp_path / "logs" / "version_0"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(OmegaConf.to_yaml(config))
+    (run / RESULTS_FILE).write_text("{}")
+    writer = SummaryWriter(str(run))
+    for step, (val, each) in enumerate([(0.5, 0.52), (0.7, 0.74), (0.6, 0.71)], 1):
+        writer.add_scalar("val/acc", val, step)
+        writer.add_scalar("test_each_epoch/acc", each, step)
+    writer.add_scalar("test/acc", 0.73, 3)  # the best-validation checkpoint's, held out
+    writer.close()
+    row = summarize(run, tmp_path / "logs")
+    assert row["test_acc"] == pytest.approx(0.73) and row["test_acc_best_over_epochs"] == pytest.approx(0.74)
+    assert row["test_each_epoch_by_epoch"] == "0.5200 0.7400 0.7100"
+    assert "test_acc_best_over_epochs" in accuracy_columns([row])
+    assert "test_acc_best_over_epochs" not in accuracy_columns([run_row("a", 0, 0.8)])  # not logged: no column
+
+
+def test_ranking_sets_the_best_test_over_epochs_beside_the_published_figure_of_that_kind(tmp_path):
+    rows = group_runs(
+        [
+            run_row("none", 0, 0.80, test_acc_best_over_epochs=0.82),
+            run_row("none", 1, 0.78, test_acc_best_over_epochs=0.80),  # none: test 79.0, best over epochs 81.0 +- 1.41
+            run_row("cpe", 0, 0.79, test_acc_best_over_epochs=0.84),  # below none on the test, above over epochs
+        ]
+    )
+    write_reference(tmp_path / "ref.csv", [["none", "A", "d", "83.0", "paper"], ["cpe", "B", "d", "82.5", "paper"]])
+    lines = ranking_table(rows, read_reference(tmp_path / "ref.csv")).splitlines()
+    assert table_cells(lines[:1])[0][7:10] == ["test %", "best val %", "best test over epochs %"]
+    body = table_cells(lines[2:4])
+    assert [r[5] for r in body] == ["none", "cpe"]  # ranked by the held-out test
+    assert [r[9] for r in body] == ["81.00 ± 1.41", "84.00"]
+    # the published comparison is on the published figure's kind: ours over epochs, ranked by it
+    assert [r[12:] for r in body] == [["83.0 (A)", "2 / 1", "-2.00"], ["82.5 (B)", "1 / 2", "+1.50"]]
+    assert "not held out" in lines[-3] and "best test over epochs where the runs tested" in lines[-1]
+    plain = group_runs([run_row("none", 0, 0.80)])  # no test after every epoch: the held-out test, no extra column
+    plain_lines = ranking_table(plain, read_reference(tmp_path / "ref.csv")).splitlines()
+    assert "over epochs %" not in plain_lines[0] and table_cells(plain_lines[2:3])[0][-1] == "-3.00"
 
 
 def test_ranking_names_the_setting_of_a_scheme_ranked_twice():

@@ -218,6 +218,20 @@ def test_tables_set_the_cifar10_studies_beside_the_published_ablation_and_not_th
     assert (ROOT / "docs" / "results" / "published" / "cifar10_small_vit_ablation.csv").is_file()
 
 
+def test_tables_set_the_published_recipes_curves_beside_the_studys_for_its_schemes(tmp_path):
+    env = fake_env(tmp_path, SCHEMES="none,cpe", SEEDS="0", FINETUNE_SEEDS="", PUBLISHED_SCHEMES="none,rel_shaw")
+    study(tmp_path, env)
+    assert not [c for c in study(tmp_path, env, "tables") if "beside_study" in c]  # nothing at 200 epochs yet
+    study(tmp_path, env, "published")
+    results = tmp_path / "results"
+    calls = [c for c in study(tmp_path, env, "tables") if "vitpos.compare" in c]
+    archive = f"{results}/study_logs"
+    assert calls[-1] == (
+        f"-m vitpos.compare {archive}/cifar10_study {archive}/cifar10_published pos=[none,rel_shaw] "
+        f"out={results}/cifar10_published_beside_study reference={results}/published/cifar10_small_vit_ablation.csv"
+    )
+
+
 def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothing(tmp_path):
     env = fake_env(
         tmp_path,

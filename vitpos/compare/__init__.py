@@ -1,20 +1,23 @@
 """Compare finished runs from their logged metrics (event files, or metrics.csv of logger=csv), with seed statistics.
 
-    python -m vitpos.compare logs/ [data=fashion_mnist] [img_size=32] [out=logs/compare] [reference=<published.csv>]
-    [reach=80]
-    (the folder may also be given as logdir=logs/)
+    python -m vitpos.compare logs/ [data=fashion_mnist] [pos=[none,cpe]] [img_size=32] [out=logs/compare]
+    [reference=<published.csv>] [reach=80]
+    (the folder may also be given as logdir=logs/; several folders compare as one: logs/a logs/b, or
+    logdir=[logs/a,logs/b], with out= defaulting to the first folder's compare/)
 
 Runs that differ only by `seed` form one group (the same scheme, data, size or curriculum, model, lr, batch,
 budget and recipe: optimizer, schedule, loss and augmentation settings, weight EMA and test-time flip);
 a seed run twice counts
 once, its latest run. Each group is one row with the number of runs `n` and the mean +- sample
-standard deviation of every accuracy: best and final validation, test, and the resolution-transfer
+standard deviation of every accuracy: best and final validation, test, the best test over epochs of
+runs that tested after every epoch (test_every_epoch=true), and the resolution-transfer
 accuracies that `vitpos.evaluate` logged into the run (`test_acc@42px`, `test_acc@42px/interpolate`,
 `test_acc@42px/interpolate_1000img` for an evaluation of a subset, ...); the table names lr and the
 recipe words that tell its rows apart when they differ. Writes to `out`: `compare.md` (the table),
 `compare.csv` (mean and std columns), `runs.csv` (one row per run), `compare.png` (accuracy per
 group, error bars of one std), `epochs.png` (validation accuracy per epoch, one line per group) and
-`epochs.md` (the same means, each with the group's rank at that epoch) when runs validated more than
+`epochs.md` (the same means, each with the group's rank at that epoch, then the epoch from which
+each pair whose order changed keeps its final order) when runs validated more than
 once, `accuracy_vs_minutes.png` (validation accuracy, and test accuracy where logged, against
 wall-clock minutes since each run's start: the times of its TensorBoard events) when the runs
 logged to TensorBoard, with `reach=<percent>` also `minutes_to_reach.md` (per group, the runs whose
@@ -30,7 +33,8 @@ larger size) instead of table columns. `ranking.md` ranks the groups trained at 
 fine-tuned (written when there are some) by test accuracy, each with its gap to the next and whether
 the two are separated (their one-std bars do not overlap: gap > std + std); with `reference=` (a CSV
 of `pos,name,data,test_acc,source`, e.g. a published ablation, accuracies in percent) it joins each
-scheme's published accuracy and rank beside ours, for runs of that data set. A run counts once it
+scheme's published accuracy and rank beside ours, for runs of that data set: our best test over
+epochs where we have it, as published ablations report, else our test. A run counts once it
 has finished (`results.json`).
 """
 
@@ -45,17 +49,20 @@ from .report import compare
 
 __all__ = ["compare", "main"]  # the jobs' own names: vitpos.compare.logs, .grouping, .tables, .charts, .report
 
-DEFAULTS = dict(logdir=None, data=None, img_size=None, out=None, reference=None, reach=None)
+DEFAULTS = dict(logdir=None, data=None, pos=None, img_size=None, out=None, reference=None, reach=None)
 
 
 def main(argv: list[str]) -> int:
-    if argv and "=" not in argv[0] and not argv[0].startswith("-"):
-        argv = [f"logdir={argv[0]}", *argv[1:]]  # the log folder may come first, unnamed
+    folders = [arg for arg in argv if "=" not in arg and not arg.startswith("-")]
+    if folders:  # the log folder(s) may come unnamed
+        others = [arg for arg in argv if arg not in folders]
+        argv = [f"logdir={folders[0]}" if len(folders) == 1 else f"logdir=[{','.join(folders)}]", *others]
     try:
         options = parse_options(argv, DEFAULTS, __doc__)
         if not options.logdir:
             raise ConfigError("pass the log folder: python -m vitpos.compare logs/ (or logdir=logs/)")
-        compare(options.logdir, **{k: v for k, v in OmegaConf.to_container(options).items() if k != "logdir"})
+        given = OmegaConf.to_container(options)
+        compare(given.pop("logdir"), **given)
     except VitposError as error:
         return report_error(error)
     return 0

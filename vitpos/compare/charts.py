@@ -220,7 +220,8 @@ def _size_axes(axes, title: str, curves: list[dict]) -> None:
 
 def epoch_chart(curves: list[dict], path: Path) -> None:
     """Validation accuracy against epoch, one line per group (best last epoch first in the legend),
-    a band of one std over seeds."""
+    a band of one std over seeds. Schedules of very different lengths (4x or more, e.g. 15 and 200
+    epochs) share a log-scaled epoch axis, so that the short ones are not squeezed into its start."""
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(7.5, 4.8))
     palette = 10 if len(curves) <= 10 else 20  # the colours of _group_color
@@ -244,6 +245,10 @@ def epoch_chart(curves: list[dict], path: Path) -> None:
             alpha=0.15,
         )
     title = "Validation accuracy per epoch (mean ± std over seeds)"
+    lengths = [len(curve["epochs"]) for curve in curves]
+    if max(lengths) >= 4 * min(lengths):
+        axes.set_xscale("log")
+        title += ", epochs on a log scale"
     _finish_line_chart(figure, axes, path, "epoch", "top-1 validation accuracy (%)", title)
 
 

@@ -8,7 +8,7 @@ import statistics
 
 from ..data import pixels_label
 from ..runs import FUZZY_SUFFIX, parse_conversion_suffix
-from .logs import TRANSFER_PREFIX, parse_transfer_column
+from .logs import BEST_OVER_EPOCHS, TRANSFER_PREFIX, parse_transfer_column
 
 GROUP_BY = (
     "experiment",
@@ -61,9 +61,12 @@ def group_runs(rows: list[dict]) -> list[dict]:
 
 
 def accuracy_columns(rows: list[dict]) -> list[str]:
-    """The accuracy columns present in `rows`: the fixed ones, then transfer ones by height."""
+    """The accuracy columns present in `rows`: the fixed ones, the best test over epochs where a row
+    has one, then transfer ones by height."""
+    tested_each_epoch = any(row.get(BEST_OVER_EPOCHS, "") != "" for row in rows)
     transfer = {k for row in rows for k in row if k.startswith(TRANSFER_PREFIX)}
-    return list(ACCURACIES) + sorted(transfer, key=lambda k: (parse_transfer_column(k)[0], k))
+    fixed = [*ACCURACIES, *([BEST_OVER_EPOCHS] if tested_each_epoch else [])]
+    return fixed + sorted(transfer, key=lambda k: (parse_transfer_column(k)[0], k))
 
 
 def recipe_differences(rows: list[dict]) -> list[list[str]]:
@@ -122,6 +125,21 @@ def epoch_curves(runs: list[dict]) -> list[dict]:
             )
         )
     return sorted(curves, key=lambda c: -c["means"][-1])
+
+
+def lasting_leads(curves: list[dict]) -> list[tuple[dict, dict, int]]:
+    """Curves of one length -> (leader, other, epoch) for every pair whose order changed: the leader
+    is ahead at the last epoch and stays ahead from `epoch` on, after trailing or tying at epoch - 1.
+    Ordered by that epoch, latest first: where the final ranking was settled."""
+    leads = []
+    for a in curves:
+        for b in curves:
+            if a["means"][-1] <= b["means"][-1]:
+                continue  # each pair once, from the one ahead at the end; a tie at the end settles nothing
+            behind = [e for e, (x, y) in enumerate(zip(a["means"], b["means"]), 1) if x <= y]
+            if behind:
+                leads.append((a, b, behind[-1] + 1))
+    return sorted(leads, key=lambda lead: -lead[2])
 
 
 def minutes_curves(runs: list[dict]) -> list[dict]:

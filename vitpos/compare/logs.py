@@ -22,6 +22,8 @@ CSV_METRICS = "metrics.csv"  # logger=csv: Lightning's CSVLogger
 RESOLUTION_TAG = "resolution/test_acc"  # vitpos.evaluate: step = image height, suffix _<mode> if one was forced
 TRANSFER_PREFIX = "test_acc@"  # transfer columns: test_acc@<height>px, or test_acc@<height>px/<mode>
 REFERENCE_COLUMNS = ("pos", "name", "data", "test_acc", "source")
+# the best of the tests after every epoch (test_every_epoch=true): the published ablations' figure, not held out
+BEST_OVER_EPOCHS = "test_acc_best_over_epochs"
 
 
 def transfer_column(height: int, mode: str = "") -> str:
@@ -127,16 +129,23 @@ def run_settings(config: dict, hparams: dict) -> dict:
 
 def logged_accuracies(series: dict[str, dict[int, tuple]]) -> dict:
     """Best and final validation and the test accuracy, completed epochs, and the accuracies per
-    validation (and test) with their minutes since the run's start ("" where not timed)."""
+    validation (and test) with their minutes since the run's start ("" where not timed). A run that
+    tested after every epoch (test_every_epoch=true) also has the best of those tests, and their curve."""
     val_acc, test_acc = _values(series, "val/acc"), _values(series, "test/acc")
+    each_epoch = _values(series, "test_each_epoch/acc")
     return dict(
         val_acc_best=round(max(val_acc), 4) if val_acc else "",
         val_acc_final=round(val_acc[-1], 4) if val_acc else "",
         test_acc=round(test_acc[-1], 4) if test_acc else "",
+        **(
+            {BEST_OVER_EPOCHS: round(max(each_epoch), 4), "test_each_epoch_by_epoch": _accuracies(each_epoch)}
+            if each_epoch
+            else {}
+        ),
         epochs_done=len(series.get("train/loss_epoch", {})),  # one point per completed training epoch
-        val_acc_by_epoch=" ".join(f"{acc:.4f}" for acc in val_acc),
+        val_acc_by_epoch=_accuracies(val_acc),
         val_minutes_by_epoch=_minutes(series, "val/acc"),
-        test_acc_by_epoch=" ".join(f"{acc:.4f}" for acc in test_acc),
+        test_acc_by_epoch=_accuracies(test_acc),
         test_minutes_by_epoch=_minutes(series, "test/acc"),
     )
 
@@ -182,6 +191,10 @@ def last_logged_time(run: Path, series: dict[str, dict[int, tuple]]) -> str | No
 
 def _values(series: dict[str, dict[int, tuple]], tag: str) -> list[float]:
     return [value for value, _ in series.get(tag, {}).values()]
+
+
+def _accuracies(values: list[float]) -> str:
+    return " ".join(f"{acc:.4f}" for acc in values)
 
 
 def _minutes(series: dict[str, dict[int, tuple]], tag: str) -> str:

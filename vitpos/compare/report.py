@@ -9,6 +9,7 @@ from ..config import data_config_names
 from ..errors import ConfigError
 from ..model import image_size
 from ..plots import pyplot
+from ..pos import list_pos
 from ..runs import RESULTS_FILE, check_out_folder
 from .charts import accuracy_chart, epoch_chart, extrapolation_figure, kept_figure, minutes_chart, transfer_chart
 from .grouping import (
@@ -35,28 +36,34 @@ from .tables import (
 
 
 def compare(
-    root: str | Path,
+    root: str | Path | list,
     data: str | None = None,
+    pos: str | list | None = None,
     img_size: int | str | None = None,
     out: str | Path | None = None,
     reference: str | Path | None = None,
     reach: float | None = None,
 ) -> list[dict]:
-    """Group the finished runs under `root`, print the grouped table and write every table and chart of
-    `python -m vitpos.compare` to `out` (default: `<root>/compare`); return the groups' rows. `data`
-    and `img_size` keep the runs of that data set and size; `reference` is a CSV of published
+    """Group the finished runs under `root` (a log folder, or a list of them), print the grouped table
+    and write every table and chart of `python -m vitpos.compare` to `out` (default: `compare/` in the
+    first folder); return the groups' rows. `data` and `img_size` keep the runs of that data set and
+    size, `pos` those of these schemes (a name or a list); `reference` is a CSV of published
     accuracies that ranking.md sets beside ours (`read_reference`); `reach` (a validation accuracy in
     percent) adds minutes_to_reach.md. No finished run: ConfigError."""
     check_reach(reach)
     check_data(data)
+    schemes = check_schemes(pos)
     size = image_size(img_size, example="img_size=32 (the training size of the runs to keep)") if img_size else None
-    root = Path(root)
-    if not root.is_dir():
-        raise ConfigError(f"no such log folder: {root}; pass the folder the runs were logged to, e.g. logs/")
-    out = Path(out) if out else root / "compare"
+    roots = [Path(str(folder)) for folder in (root if isinstance(root, (list, tuple)) else [root])]
+    for folder in roots:
+        if not folder.is_dir():
+            raise ConfigError(f"no such log folder: {folder}; pass the folder the runs were logged to, e.g. logs/")
+    if not roots:
+        raise ConfigError("pass the log folder: python -m vitpos.compare logs/ (or logdir=logs/)")
+    out = Path(out) if out else roots[0] / "compare"
     check_out_folder(out)
     published = read_reference(reference) if reference is not None else {}
-    runs = finished_runs(root, data, size)
+    runs = finished_runs(roots, data, size, schemes)
     runs.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), r["pos"], r["seed"]))
     rows = group_runs(runs)
     rows.sort(key=lambda r: (r["experiment"], r["data"], str(r["img_size"]), -(r["test_acc_mean"] or 0)))
@@ -80,29 +87,53 @@ def check_data(data) -> None:
         raise ConfigError(f"data={data!r} is not a data set runs are trained on; use one of {', '.join(names)}")
 
 
+def check_schemes(pos) -> list[str] | None:
+    """`pos=` as a list of scheme labels (None: every scheme), as the tables name them: `cpe` for
+    plain cpe runs, `cpe+fuzzy` for its fuzzy twins; a label of no scheme: ConfigError."""
+    if pos is None:
+        return None
+    schemes = [str(p) for p in (pos if isinstance(pos, list) else [pos])]
+    unknown = [p for p in schemes if p.split("+")[0] not in list_pos()]
+    if unknown or not schemes:
+        names = ", ".join(list_pos())
+        raise ConfigError(f"pos={pos!r} must name schemes runs are trained with, e.g. pos=[none,cpe]; use {names}")
+    return schemes
+
+
 def run_size(img_size: int | str) -> tuple[int, int]:
     """A run row's `img_size` (32, or "32x48") as (H, W)."""
     return (img_size, img_size) if isinstance(img_size, int) else tuple(map(int, str(img_size).split("x")))
 
 
-def finished_runs(root: Path, data: str | None, img_size: tuple[int, int] | None) -> list[dict]:
-    """A row per finished run under `root` of `data` and `img_size` (None: any), the latest of each
-    seed of a group; says which runs it leaves out, and refuses when none is left."""
-    runs = [summarize(run, root) for run in run_folders(root)]
-    unfinished = unfinished_runs(root)
+def finished_runs(
+    roots: list[Path], data: str | None, img_size: tuple[int, int] | None, schemes: list[str] | None = None
+) -> list[dict]:
+    """A row per finished run under `roots` of `data`, `img_size` and `schemes` (None: any; a scheme
+    is its table label: `cpe` keeps plain cpe runs, `cpe+fuzzy` its fuzzy twins), the latest of each
+    seed of a group; says which runs it leaves out, and refuses when none is left. With several
+    folders a run's name starts with its folder's."""
+    runs, unfinished = [], []
+    for root in roots:
+        for run in run_folders(root):
+            row = summarize(run, root)
+            runs.append(dict(row, run=_under(root, row["run"], roots)))
+        unfinished += [_under(root, str(run.relative_to(root)), roots) for run in unfinished_runs(root)]
     if unfinished:
-        names = _first_names([str(run.relative_to(root)) for run in unfinished])
-        print(f"note: left out {len(unfinished)} unfinished run(s) (no {RESULTS_FILE}): {names}")
+        print(f"note: left out {len(unfinished)} unfinished run(s) (no {RESULTS_FILE}): {_first_names(unfinished)}")
     runs = [
         r
         for r in runs
-        if (data is None or r["data"] == data) and (img_size is None or run_size(r["img_size"]) == img_size)
+        if (data is None or r["data"] == data)
+        and (img_size is None or run_size(r["img_size"]) == img_size)
+        and (schemes is None or r["pos"] in schemes)
     ]
     if not runs:
         size = None if img_size is None else "x".join(map(str, dict.fromkeys(img_size)))
-        filters = " ".join(f"{k}={v}" for k, v in (("data", data), ("img_size", size)) if v is not None)
+        given = (("data", data), ("img_size", size), ("pos", schemes and ",".join(schemes)))
+        filters = " ".join(f"{k}={v}" for k, v in given if v is not None)
+        where = ", ".join(map(str, roots))
         raise ConfigError(
-            f"no finished runs (with {RESULTS_FILE}) under {root}" + (f" match {filters}" if filters else "")
+            f"no finished runs (with {RESULTS_FILE}) under {where}" + (f" match {filters}" if filters else "")
         )
     runs, repeated = latest_per_seed(runs)
     if repeated:
@@ -111,6 +142,11 @@ def finished_runs(root: Path, data: str | None, img_size: tuple[int, int] | None
             f"(the latest counts): {_first_names([r['run'] for r in repeated])}"
         )
     return runs
+
+
+def _under(root: Path, name: str, roots: list[Path]) -> str:
+    """A run's name under `root`, with the folder's own name in front when there are several folders."""
+    return name if len(roots) == 1 else str(Path(root.name) / name)
 
 
 def _first_names(names: list[str]) -> str:
