@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
 from vitpos.compare import main
-from vitpos.compare.charts import extrapolation_figure, kept_figure
+from vitpos.compare.charts import accuracy_figure, extrapolation_figure, kept_figure
 from vitpos.compare.grouping import (
     accuracy_columns,
     epoch_curves,
@@ -43,6 +43,7 @@ from vitpos.compare.tables import (
 )
 from vitpos.config import compose_train_config
 from vitpos.errors import ConfigError
+from vitpos.plots import pyplot
 from vitpos.runs import RESULTS_FILE, conversion_suffix, parse_conversion_suffix, training_recipe
 from vitpos.train import train
 
@@ -612,6 +613,21 @@ def test_a_run_logged_with_logger_csv_is_compared_from_its_metrics_csv(make_conf
     assert row["val_acc_best_mean"] == pytest.approx(metrics["val/acc_best"], abs=1e-4)
     (listed,) = csv.DictReader(open(tmp_path / "out" / "runs.csv"))
     assert len(listed["val_acc_by_epoch"].split()) == 2 and listed["epochs_done"] == "2"
+
+
+def test_the_accuracy_chart_makes_room_for_long_labels():
+    """Groups told apart by many long settings: no two labels overlap, and every label is inside the figure."""
+    rows = group_runs([run_row(pos, 0, 0.7) for pos in ("none", "cpe", "rel_shaw", "rope_axial", "cpb", "fire")])
+    for row in rows:  # what tells the groups apart, a line each under the group's name
+        row["differs"] = " ".join(f"a_long_setting_{i}={row['pos']}" for i in range(14))
+    figure = accuracy_figure(rows)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    boxes = [label.get_window_extent(renderer) for label in figure.axes[0].get_xticklabels()]
+    assert len(boxes) == 6 and all(left.x1 < right.x0 for left, right in zip(boxes, boxes[1:]))
+    inside = figure.bbox
+    assert all(inside.x0 <= b.x0 and b.x1 <= inside.x1 and inside.y0 <= b.y0 for b in boxes)
+    pyplot().close(figure)
 
 
 def test_chart_labels_name_the_lr_and_recipe_words_that_tell_groups_apart():

@@ -11,13 +11,18 @@ from ..plots import pyplot
 from .grouping import curve_order, every_curve, pixels_at, ranked_conversions, size_header, training_setting
 
 
-def accuracy_chart(rows: list[dict], path: Path) -> None:
-    """Test accuracy per group: a dot with one-std error bars (a bar from zero when n = 1)."""
+def accuracy_figure(rows: list[dict]):
+    """Test accuracy per group: a dot with one-std error bars (a bar from zero when n = 1), each
+    group's label under it, the figure as wide and tall as the labels need."""
     plt = pyplot()
     labels = ["\n".join([r["pos"], r["data"], *training_setting(r), f"n={r['n']}"]) for r in rows]
     means = [100 * (r["test_acc_mean"] or 0) for r in rows]
     stds = [100 * (r["test_acc_std"] or 0) for r in rows]
-    figure, axes = plt.subplots(figsize=(max(6, 1.0 * len(rows)), 4.5))
+    # a label holds a line per setting that tells the groups apart: room for its lines and its longest one
+    lines = [line for label in labels for line in label.splitlines()]
+    width = len(rows) * max(1.0, 0.07 * max(map(len, lines)))  # ~0.07 inch per character at font size 7
+    height = 3.5 + 0.15 * max(label.count("\n") + 1 for label in labels)
+    figure, axes = plt.subplots(figsize=(max(6, width), height))
     x = range(len(rows))
     if all(r["n"] > 1 for r in rows):
         axes.errorbar(x, means, yerr=stds, fmt="o", capsize=4, color="tab:blue", label="test (mean ± std)")
@@ -38,8 +43,7 @@ def accuracy_chart(rows: list[dict], path: Path) -> None:
     axes.legend(loc="lower right")
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    return figure
 
 
 def transfer_chart(curves: dict[str, list[dict]], path: Path) -> None:

@@ -11,7 +11,7 @@ from ..model import image_size
 from ..plots import pyplot
 from ..pos import list_pos
 from ..runs import RESULTS_FILE, check_out_folder
-from .charts import accuracy_chart, epoch_chart, extrapolation_figure, kept_figure, minutes_chart, transfer_chart
+from .charts import accuracy_figure, epoch_chart, extrapolation_figure, kept_figure, minutes_chart, transfer_chart
 from .grouping import (
     accuracy_columns,
     epoch_curves,
@@ -167,7 +167,9 @@ def write_groups(out: Path, table: str, rows: list[dict], runs: list[dict]) -> l
     (out / "compare.md").write_text(table)
     write_csv(out / "compare.csv", rows)
     write_csv(out / "runs.csv", runs)
-    accuracy_chart(rows, out / "compare.png")
+    figure = accuracy_figure(rows)
+    figure.savefig(out / "compare.png", dpi=120)
+    pyplot().close(figure)
     return [out / name for name in ("compare.md", "compare.csv", "runs.csv", "compare.png")]
 
 
