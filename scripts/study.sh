@@ -15,13 +15,16 @@
 #                                  # seeds in NATIVE_FINETUNE_SEEDS fine-tuned at 32 px; NATIVE_RRC_SCHEMES twins
 #                                  # trained with data.augment=rrc at NATIVE_RRC_SIZES (16 px, seed 0); runs in
 #                                  # LOGS/native/ and ARCHIVE/native/, apart from the 32 px study's
+#   bash scripts/study.sh curriculum  # cifar10: CURRICULUM_SCHEMES x CURRICULUM_SEEDS on the study recipe under the
+#                                  # resolution curriculum CURRICULUM (default 5 epochs each at 16, 24, 32 px),
+#                                  # evaluated at 32/48/64 px: which schemes lose accuracy to it, beside the runs
 #   bash scripts/study.sh park     # each interrupted run in LOGS (last.ckpt, no results.json) copied to PARKED,
 #                                  # checkpoints included, so a run of many hours continues on another machine
 #   bash scripts/study.sh tables   # docs/results/<study>*/ from the archived runs (vitpos.compare; cifar10:
 #                                  # ranking.md sets the study beside the published ablation in RESULTS/published/;
 #                                  # cifar10_published_beside_study/ the two recipes' curves for its schemes;
 #                                  # the native study's in cifar10_native/ and cifar10_native_finetune/)
-#   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then long, published, native, then tables
+#   bash scripts/study.sh all      # seed by seed: runs, fuzzy, mixed; then long, published, native, curriculum, then tables
 #   bash scripts/study.sh status   # each run of `all`, in its order: done, trained, interrupted or to do (reads only)
 # Each run goes through every step that needs its checkpoint, one after the other:
 #   train -> evaluate at SIZES with no fine-tune (both modes where a scheme has two; runs, fuzzy)
@@ -85,6 +88,9 @@ case $DATASET in
     # seed spread of their plain runs at 16 px
     NATIVE_RRC_SCHEMES=${NATIVE_RRC_SCHEMES-2d_sin,rope_mixed,cpb,lookhere}
     NATIVE_RRC_SIZES=${NATIVE_RRC_SIZES-"16:0"}
+    # the study recipe under a resolution curriculum (the same 15 epochs): [size, epochs] phases ending at 32 px
+    CURRICULUM_SCHEMES=${CURRICULUM_SCHEMES-$SCHEMES}
+    CURRICULUM=${CURRICULUM:-"[[16,5],[24,5],[32,5]]"}
     DATA_ARGS=${CIFAR10_ROOT:+data.root=$CIFAR10_ROOT} ;;
   fmnist)
     SCHEMES=${SCHEMES:-none,1d_learned,2d_sin,rel_bias,cpb,rope_axial,rope_mixed,cpe}
@@ -104,6 +110,7 @@ case $DATASET in
     PUBLISHED_SCHEMES=
     NATIVE_SCHEMES=; NATIVE_SIZES=; NATIVE_RRC_SCHEMES=; NATIVE_RRC_SIZES=    # the native study is cifar10's
     NATIVE_FINETUNE_SEEDS=; NATIVE_EVAL=; NATIVE_SIZE=; NATIVE_TAG=
+    CURRICULUM_SCHEMES=; CURRICULUM=    # the curriculum study is cifar10's
     DATA_ARGS= ;;
   *) echo "error: DATASET=$DATASET is not a study; use DATASET=cifar10 or DATASET=fmnist" >&2; exit 2 ;;
 esac
@@ -111,6 +118,7 @@ SEEDS=${SEEDS:-0,1,2}
 MIXED_SEEDS=${MIXED_SEEDS:-$SEEDS}    # those of SEEDS the mixed-resolution twins train (cifar10: seed 0)
 LONG_SEEDS=${LONG_SEEDS:-0}
 PUBLISHED_SEEDS=${PUBLISHED_SEEDS:-0}
+CURRICULUM_SEEDS=${CURRICULUM_SEEDS:-0}
 FINETUNE_SEEDS=${FINETUNE_SEEDS:-$SEEDS}
 FUZZY_SCHEMES=${FUZZY_SCHEMES:-2d_sin,rope_mixed,1d_learned}
 EXTRAP_LIMIT=${EXTRAP_LIMIT:-2000}  # 3x costs ~9x the tokens of 1x per image: a fixed random fifth of the test split
@@ -145,9 +153,12 @@ check_sizes() {  # variable name: lists of positive integers in brackets, separa
   [[ ${!1} =~ ^(\[[1-9][0-9]*(,[1-9][0-9]*)*\]( |$))*$ ]] ||
     refuse "$1=${!1} must be lists of positive sizes in brackets, separated by spaces, e.g. $1=[32,48,64]"
 }
-for variable in SEEDS MIXED_SEEDS LONG_SEEDS PUBLISHED_SEEDS FINETUNE_SEEDS; do check_seeds "$variable"; done
+for variable in SEEDS MIXED_SEEDS LONG_SEEDS PUBLISHED_SEEDS FINETUNE_SEEDS CURRICULUM_SEEDS; do check_seeds "$variable"; done
 [ -n "$SEEDS" ] || refuse "SEEDS is empty; list the seeds to train, e.g. SEEDS=0,1,2"
-for variable in SCHEMES FUZZY_SCHEMES MIXED_SCHEMES LONG_SCHEMES PUBLISHED_SCHEMES; do check_schemes "$variable"; done
+for variable in SCHEMES FUZZY_SCHEMES MIXED_SCHEMES LONG_SCHEMES PUBLISHED_SCHEMES CURRICULUM_SCHEMES; do check_schemes "$variable"; done
+# [[size,epochs],...]: train.py checks the sizes and that the epochs add up to the recipe's
+[ -z "$CURRICULUM" ] || [[ $CURRICULUM =~ ^\[(\[[1-9][0-9]*,[1-9][0-9]*\],)*\[[1-9][0-9]*,[1-9][0-9]*\]\]$ ]] ||
+  refuse "CURRICULUM=$CURRICULUM must be [size,epochs] phases in brackets, e.g. CURRICULUM=[[16,5],[24,5],[32,5]]"
 for variable in EXTRAP_SIZES MIXED_SIZES; do check_sizes "$variable"; done
 check_native_sizes() {  # variable name: <training size>:<seeds> words, each size below the data's own
   local entry
@@ -167,8 +178,8 @@ if ! [[ $RUNS_AT_ONCE =~ ^[1-9][0-9]{0,3}$ ]] || (( RUNS_AT_ONCE > $(nproc) )); 
 fi
 [ -z "${CIFAR10_ROOT:-}" ] || [ -e "$CIFAR10_ROOT" ] ||
   refuse "CIFAR10_ROOT=$CIFAR10_ROOT does not exist; pass the CIFAR-10 archive, folder or image tree, or unset it"
-case ${1:-all} in runs|fuzzy|mixed|long|published|native|park|tables|all|status) ;;
-  *) refuse "unknown step '${1}'; use one of runs, fuzzy, mixed, long, published, native, park, tables, all, status" ;;
+case ${1:-all} in runs|fuzzy|mixed|long|published|native|curriculum|park|tables|all|status) ;;
+  *) refuse "unknown step '${1}'; use one of runs, fuzzy, mixed, long, published, native, curriculum, park, tables, all, status" ;;
 esac
 read -ra MIXED_LISTS <<< "$MIXED_SIZES"    # split on spaces without globbing the brackets
 TWO_MODES=" 1d_sin 2d_sin rope_axial rope_mixed "   # schemes with an extrapolate/interpolate choice
@@ -202,8 +213,9 @@ listed() { [[ ,$2, == *",$1,"* ]]; }    # item, comma-separated list
 
 # the evaluations a finished run of this kind and scheme gets, one a line: <output folder> <sizes> [resize_mode];
 # each leaves <version>/<output folder>/resolution.csv (and its accuracies in the run's TensorBoard)
-evaluations() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc), scheme
+evaluations() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc, curriculum), scheme
   [ "$1" != long ] && [ "$1" != published ] || return 0    # test accuracy at the training size only
+  if [ "$1" = curriculum ]; then echo "transfer_default $SIZES"; return; fi    # beside the runs' own transfer_default
   if [ "$1" = native ] || [ "$1" = native_rrc ]; then    # every conversion, without and with log temperature
     echo "transfer_native $NATIVE_EVAL all"
     return
@@ -274,7 +286,7 @@ evaluate() {  # run folder, evaluations...: each one whose resolution.csv is mis
   done
 }
 
-study_run() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc), scheme, seed[, training size(s)]:
+study_run() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc, curriculum), scheme, seed[, training size(s)]:
               # the run, then each step that needs its checkpoint
   local kind=$1 pos=$2 seed=$3 sizes=${4:-} run finetuned="" args=() steps experiment=$EXPERIMENT log_dir=$LOGS
   local ft_args=() ft_size=2x
@@ -282,6 +294,9 @@ study_run() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc),
     long) experiment=$LONG_EXPERIMENT; run=$experiment/${pos}_${RUN_TAG}_seed$seed ;;
     published) experiment=$PUBLISHED_EXPERIMENT; run=$experiment/${pos}_${RUN_TAG}_seed$seed ;;
     runs) run=$EXPERIMENT/${pos}_${RUN_TAG}_seed$seed ;;
+    # named by its phases, so that another CURRICULUM is another run
+    curriculum) run=$EXPERIMENT/${pos}_${RUN_TAG}_curriculum$(tr -d '[]' <<< "$CURRICULUM" | tr , -)_seed$seed
+                args=(curriculum="$CURRICULUM" run_name="${run##*/}") ;;
     fuzzy) run=$EXPERIMENT/${pos}_fuzzy_${RUN_TAG}_seed$seed; args=(pos.fuzzy=true) ;;
     mixed) run=$EXPERIMENT/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed
            args=(train_img_sizes="$sizes" batch_by_tokens=true) ;;
@@ -342,6 +357,7 @@ mixed_tag() { echo "train$(echo "$1" | tr -d '[]' | tr , -)px"; }    # the run-n
 runs() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${SCHEMES//,/ }; do study_run runs "$pos" "$seed"; done; done; }
 fuzzy() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${FUZZY_SCHEMES//,/ }; do study_run fuzzy "$pos" "$seed"; done; done; }
 long() { local seed pos; for seed in ${LONG_SEEDS//,/ }; do for pos in ${LONG_SCHEMES//,/ }; do study_run long "$pos" "$seed"; done; done; }
+curriculum() { local seed pos; for seed in ${CURRICULUM_SEEDS//,/ }; do for pos in ${CURRICULUM_SCHEMES//,/ }; do study_run curriculum "$pos" "$seed"; done; done; }
 published() {
   local seed pos
   for seed in ${PUBLISHED_SEEDS//,/ }; do for pos in ${PUBLISHED_SCHEMES//,/ }; do study_run published "$pos" "$seed"; done; done
@@ -384,6 +400,7 @@ every_run() {  # what `all` trains, in its order
   long
   published
   native    # after the 32 px study: the native study is read against its upsampled transfer
+  curriculum
 }
 
 CLAIMS=$LOGS/.claims
@@ -421,13 +438,13 @@ tables() {
     python -m vitpos.compare "$ARCHIVE/native/$FT_EXPERIMENT" out="$RESULTS/${NATIVE_TAG}_native_finetune"
 }
 
-if [[ " runs fuzzy mixed long published native park all " == *" ${1:-all} "* ]]; then    # the steps that train or park: one at a time per LOGS
+if [[ " runs fuzzy mixed long published native curriculum park all " == *" ${1:-all} "* ]]; then    # the steps that train or park: one at a time per LOGS
   mkdir -p "$LOGS"
   exec 9> "$LOGS/.study.lock"
   flock -n 9 || { echo "error: another study.sh is training into $LOGS; wait for it, or give this one another LOGS=" >&2; exit 2; }
 fi
 case ${1:-all} in
-  runs|fuzzy|mixed|long|published|native) in_copies "$1" ;;
+  runs|fuzzy|mixed|long|published|native|curriculum) in_copies "$1" ;;
   park) park ;;
   tables) tables ;;
   all) in_copies every_run

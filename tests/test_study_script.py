@@ -168,8 +168,8 @@ def test_study_refuses_an_unknown_dataset_or_step(tmp_path):
         (
             {},
             "finetune",
-            "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, long, published, native, park, tables, "
-            "all, status",
+            "error: unknown step 'finetune'; use one of runs, fuzzy, mixed, long, published, native, curriculum, park, "
+            "tables, all, status",
         ),
     ):
         env = dict(fake_env(tmp_path), **settings)
@@ -244,6 +244,7 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
         NATIVE_SCHEMES="cpe",
         NATIVE_SIZES="16:0 24:0",
         NATIVE_RRC_SCHEMES="cpb",
+        CURRICULUM_SCHEMES="rel_bias",
     )
     study(tmp_path, dict(env, SCHEMES="none", SEEDS="0"))  # none, seed 0: every step, archived
     parked = tmp_path / "results" / "study_parked" / "cifar10_published" / "rel_shaw_cifar10_32px_seed0"
@@ -276,16 +277,44 @@ def test_status_names_each_run_of_all_in_its_order_with_its_state_and_runs_nothi
         ("to do", "native/cifar10_study/cpe_cifar10_16px_seed0"),
         ("interrupted", "native/cifar10_study/cpe_cifar10_24px_seed0"),
         ("to do", "native/cifar10_study/cpb_rrc_cifar10_16px_seed0"),
+        ("to do", "cifar10_study/rel_bias_cifar10_32px_curriculum16-5-24-5-32-5_seed0"),  # last, the curriculum
     ]
     assert lines[2].endswith(f"(resumes from its last.ckpt in {tmp_path}/logs)")
     logs = f"{tmp_path}/results/study_logs and {tmp_path}/logs"
-    assert total == f"14 runs in {logs}: 1 done, 1 trained, 2 interrupted, 1 parked, 9 to do"
+    assert total == f"15 runs in {logs}: 1 done, 1 trained, 2 interrupted, 1 parked, 10 to do"
     with open(tmp_path / "logs" / ".study.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running study.sh holds it
         result = subprocess.run(
             ["bash", "scripts/study.sh", "status"], cwd=ROOT, env=env, capture_output=True, text=True
         )
     assert result.returncode == 0 and result.stdout.startswith(f"a study.sh is training into {tmp_path}/logs now")
+
+
+def test_curriculum_runs_train_the_study_recipe_under_the_curriculum_named_by_its_phases(tmp_path):
+    env = fake_env(tmp_path, CURRICULUM_SCHEMES="none,cpe")
+    calls = study(tmp_path, env, "curriculum")
+    logs = tmp_path / "logs"
+    name = "{}_cifar10_32px_curriculum16-5-24-5-32-5_seed0".format
+    version = "{}/cifar10_study/{}/version_0".format
+    assert calls == [
+        call
+        for pos in ("none", "cpe")
+        for call in (
+            f"train.py experiment=cifar10_study pos={pos} seed=0 paths.log_dir={logs} {QUIET} "
+            f"curriculum=[[16,5],[24,5],[32,5]] run_name={name(pos)}",
+            f"-m vitpos.evaluate ckpt={version(logs, name(pos))}/checkpoints/best-epoch1-step9.ckpt "
+            f"img_sizes=[32,48,64] out={version(logs, name(pos))}/transfer_default",
+        )
+    ]
+    archive = tmp_path / "results" / "study_logs" / "cifar10_study"
+    assert sorted(p.name for p in archive.iterdir()) == [name("cpe"), name("none")]
+    shutil.rmtree(logs)
+    assert study(tmp_path, env, "curriculum") == calls  # archived: done on any machine
+    # another curriculum is another run, beside the first
+    longer = study(tmp_path, dict(env, CURRICULUM="[[16,10],[32,5]]", CURRICULUM_SCHEMES="none"), "curriculum")
+    assert longer[len(calls)].endswith(
+        "curriculum=[[16,10],[32,5]] run_name=none_cifar10_32px_curriculum16-10-32-5_seed0"
+    )
 
 
 def test_published_runs_train_the_published_recipe_and_are_archived_without_evaluations(tmp_path):
@@ -351,6 +380,9 @@ BAD_VALUES = {  # family (how a variable's name ends) -> (a bad value, words of 
     "DATASET": [("imagenet", "is not a study; use DATASET=cifar10 or DATASET=fmnist")],
     "AT_ONCE": [("0", "must be a number of runs from 1 to the"), ("10000", "must be a number of runs from 1 to the"),
                 ("two", "must be a number of runs")],
+    "CURRICULUM": [("[[16,5],[32]]", "must be [size,epochs] phases in brackets, e.g. CURRICULUM=[[16,5],[24,5],"),
+                   ("16,5", "must be [size,epochs] phases"), ("[[16,5],[32,5]", "must be [size,epochs] phases"),
+                   ("[[0,5],[32,10]]", "must be [size,epochs] phases"), ("[[16,5] [32,10]]", "must be [size,")],
 }  # fmt: skip
 FREE = {"LOGS", "RESULTS", "ARCHIVE", "PARKED"}  # folders: any path
 
