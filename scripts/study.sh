@@ -295,7 +295,7 @@ study_run() {  # kind (runs, fuzzy, mixed, long, published, native, native_rrc, 
     published) experiment=$PUBLISHED_EXPERIMENT; run=$experiment/${pos}_${RUN_TAG}_seed$seed ;;
     runs) run=$EXPERIMENT/${pos}_${RUN_TAG}_seed$seed ;;
     # named by its phases, so that another CURRICULUM is another run
-    curriculum) run=$EXPERIMENT/${pos}_${RUN_TAG}_curriculum$(tr -d '[]' <<< "$CURRICULUM" | tr , -)_seed$seed
+    curriculum) run=$EXPERIMENT/${pos}_${RUN_TAG}_curriculum$(dashed "$CURRICULUM")_seed$seed
                 args=(curriculum="$CURRICULUM" run_name="${run##*/}") ;;
     fuzzy) run=$EXPERIMENT/${pos}_fuzzy_${RUN_TAG}_seed$seed; args=(pos.fuzzy=true) ;;
     mixed) run=$EXPERIMENT/${pos}_${RUN_TAG}_$(mixed_tag "$sizes")_seed$seed
@@ -352,7 +352,8 @@ report() {  # state, run[, note]: one line of `status`
   COUNT[$1]=$(( ${COUNT[$1]:-0} + 1 ))
 }
 
-mixed_tag() { echo "train$(echo "$1" | tr -d '[]' | tr , -)px"; }    # the run-name tag train.py gives these sizes
+dashed() { tr -d '[]' <<< "$1" | tr , -; }    # [[16,5],[32,5]] -> 16-5-32-5: a list in a run's name
+mixed_tag() { echo "train$(dashed "$1")px"; }    # the run-name tag train.py gives these sizes
 
 runs() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${SCHEMES//,/ }; do study_run runs "$pos" "$seed"; done; done; }
 fuzzy() { local seed pos; for seed in ${SEEDS//,/ }; do for pos in ${FUZZY_SCHEMES//,/ }; do study_run fuzzy "$pos" "$seed"; done; done; }

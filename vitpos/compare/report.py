@@ -55,11 +55,11 @@ def compare(
     schemes = check_schemes(pos)
     size = image_size(img_size, example="img_size=32 (the training size of the runs to keep)") if img_size else None
     roots = [Path(str(folder)) for folder in (root if isinstance(root, (list, tuple)) else [root])]
+    if not roots:
+        raise ConfigError("pass the log folder: python -m vitpos.compare logs/ (or logdir=logs/)")
     for folder in roots:
         if not folder.is_dir():
             raise ConfigError(f"no such log folder: {folder}; pass the folder the runs were logged to, e.g. logs/")
-    if not roots:
-        raise ConfigError("pass the log folder: python -m vitpos.compare logs/ (or logdir=logs/)")
     out = Path(out) if out else roots[0] / "compare"
     check_out_folder(out)
     published = read_reference(reference) if reference is not None else {}

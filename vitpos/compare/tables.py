@@ -105,7 +105,7 @@ def ranked_block(block: list[dict], published: dict[str, dict], data: str, over_
     block = sorted(block, key=lambda r: -r["test_acc_mean"])
     # the schemes in both tables, ours on the published figure's kind, in our order and in the published one
     ours = {id(r): _like_published(r) for r in block if r["pos"] in published and published[r["pos"]]["data"] == data}
-    accuracy = {key: published[r["pos"]]["test_acc"] for r in block if (key := id(r)) in ours}
+    accuracy = {id(r): published[r["pos"]]["test_acc"] for r in block if id(r) in ours}
     ours_order = sorted(ours, key=ours.get, reverse=True)
     published_order = sorted(accuracy, key=accuracy.get, reverse=True)
     labels = [r["pos"] for r in block]
